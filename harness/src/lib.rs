@@ -1,0 +1,1 @@
+//! The harness: cases, generators, oracles and the command-line jobs.

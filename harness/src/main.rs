@@ -1,0 +1,3 @@
+fn main() {
+    println!("harness: not yet implemented");
+}

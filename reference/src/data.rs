@@ -1,0 +1,1 @@
+//! Seeded input data (to be written: issue 2).

@@ -1,0 +1,1 @@
+//! Scalar f64 reference interpreter (to be written: issue 2).
