@@ -2,7 +2,12 @@
 //! programs in three [`LoweringMode`]s, ExecuTorch-compatible serialization, and a
 //! threaded SIMD runtime.
 
+pub mod lower;
+#[cfg(feature = "mutants")]
+pub mod mutants;
 pub mod program;
+pub mod runtime;
+pub mod serialize;
 pub mod xnn;
 
 pub use program::{LoweredProgram, Summary};

@@ -1,0 +1,1 @@
+//! Lowering: partitioner (three modes), channels-last layout pass, segments, summary. (issue 3)

@@ -1,0 +1,1 @@
+//! Threaded SIMD runtime executing loaded payloads plus portable ops. (issue 5)
