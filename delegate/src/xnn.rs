@@ -161,11 +161,21 @@ impl XnnDatatype {
 /// `XNNQuantParams` union members we read and write.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum QuantParams {
-    PerTensor { scale: f32, zero_point: i32 },
+    PerTensor {
+        scale: f32,
+        zero_point: i32,
+    },
     /// Scales either inline or in the named data store (`scale_buffer_idx`).
-    PerChannel { scale: Vec<f32>, channel_dim: i32, scale_buffer_idx: u32, num_scales: u32 },
+    PerChannel {
+        scale: Vec<f32>,
+        channel_dim: i32,
+        scale_buffer_idx: u32,
+        num_scales: u32,
+    },
     /// Any other union member, kept by type id so a real payload still decodes.
-    Other { type_id: u8 },
+    Other {
+        type_id: u8,
+    },
 }
 
 /// `XValue`: `XNNTensorValue`, or `XNNQuantizedTensorValue` when `quant` is present.
@@ -211,24 +221,91 @@ pub struct ConvNode {
 /// `Other` keeps any other union member (by type id) so real payloads still decode.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum XNodeKind {
-    Add { input1_id: u32, input2_id: u32, output_id: u32, flags: u32 },
-    Subtract { input1_id: u32, input2_id: u32, output_id: u32, flags: u32 },
-    Multiply { input1_id: u32, input2_id: u32, output_id: u32, flags: u32 },
-    Div { input1_id: u32, input2_id: u32, output_id: u32, flags: u32 },
-    FullyConnected { input1_id: u32, filter_id: u32, bias_id: u32, output_id: u32, flags: u32 },
-    Clamp { input_id: u32, output_id: u32, flags: u32 },
-    Square { input_id: u32, output_id: u32, flags: u32 },
-    ReciprocalSquareRoot { input_id: u32, output_id: u32, flags: u32 },
-    Convert { input_id: u32, output_id: u32, flags: u32 },
-    Copy { input_id: u32, output_id: u32, flags: u32 },
-    GlobalAvgPooling2d { input_id: u32, output_id: u32, flags: u32 },
-    StaticTranspose { perm: Vec<u32>, input_id: u32, output_id: u32, flags: u32 },
-    StaticReshape { new_shape: Vec<u32>, input_id: u32, output_id: u32, flags: u32 },
+    Add {
+        input1_id: u32,
+        input2_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Subtract {
+        input1_id: u32,
+        input2_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Multiply {
+        input1_id: u32,
+        input2_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Div {
+        input1_id: u32,
+        input2_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    FullyConnected {
+        input1_id: u32,
+        filter_id: u32,
+        bias_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Clamp {
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Square {
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    ReciprocalSquareRoot {
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Convert {
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Copy {
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    GlobalAvgPooling2d {
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    StaticTranspose {
+        perm: Vec<u32>,
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    StaticReshape {
+        new_shape: Vec<u32>,
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
     Conv2d(ConvNode),
     DepthwiseConv2d(ConvNode),
     /// The change's new node: a mean over sorted, unique, non-negative `reduction_axes`.
-    StaticMean { reduction_axes: Vec<u32>, input_id: u32, output_id: u32, flags: u32 },
-    Other { type_id: u8 },
+    StaticMean {
+        reduction_axes: Vec<u32>,
+        input_id: u32,
+        output_id: u32,
+        flags: u32,
+    },
+    Other {
+        type_id: u8,
+    },
 }
 
 impl XNodeKind {

@@ -6,7 +6,11 @@ use harness::{bench, fuzz, gate, inspect, mutants, replay};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "harness", version, about = "Differential testing and benchmarking harness for the XNNPACK mean.dim lowering")]
+#[command(
+    name = "harness",
+    version,
+    about = "Differential testing and benchmarking harness for the XNNPACK mean.dim lowering"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

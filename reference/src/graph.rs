@@ -45,7 +45,12 @@ pub struct TensorSpec {
 
 impl TensorSpec {
     pub fn new(dtype: ElemType, shape: &[usize]) -> TensorSpec {
-        TensorSpec { shape: shape.iter().map(|&s| Dim::fixed(s)).collect(), dtype, quant: None, format: MemoryFormat::Contiguous }
+        TensorSpec {
+            shape: shape.iter().map(|&s| Dim::fixed(s)).collect(),
+            dtype,
+            quant: None,
+            format: MemoryFormat::Contiguous,
+        }
     }
     pub fn f32(shape: &[usize]) -> TensorSpec {
         Self::new(ElemType::F32, shape)
@@ -171,11 +176,19 @@ impl Default for Conv2dParams {
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     /// A graph input; its spec is the node's spec.
-    Input { name: String },
+    Input {
+        name: String,
+    },
     /// Constant data (weights). Stored contiguous.
-    Constant { tensor: Tensor },
+    Constant {
+        tensor: Tensor,
+    },
     /// `aten.mean.dim(x, dims, keepdim, dtype=)`. Empty `dims` means every dim.
-    Mean { dims: Vec<i64>, keepdim: bool, dtype: Option<ElemType> },
+    Mean {
+        dims: Vec<i64>,
+        keepdim: bool,
+        dtype: Option<ElemType>,
+    },
     /// `aten.convolution` 2-D. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional b [O].
     Conv2d(Conv2dParams),
     /// Elementwise with broadcasting.
@@ -183,7 +196,10 @@ pub enum Op {
     Square,
     Rsqrt,
     /// `clamp(min, max)`; relu is `min = 0`, hardtanh is both.
-    Clamp { min: Option<f32>, max: Option<f32> },
+    Clamp {
+        min: Option<f32>,
+        max: Option<f32>,
+    },
     /// `aten.linear`. Inputs: x [..., K], w [N, K], optional b [N].
     Linear,
     /// `quantize_per_tensor` to qs8 (clamped to [-128, 127]).
@@ -191,11 +207,18 @@ pub enum Op {
     /// `dequantize_per_tensor` from qs8 to fp32.
     Dequantize(QuantParams),
     /// `aten._to_copy(dtype=, memory_format=)`.
-    ToCopy { dtype: Option<ElemType>, format: Option<MemoryFormat> },
+    ToCopy {
+        dtype: Option<ElemType>,
+        format: Option<MemoryFormat>,
+    },
     /// `aten.view_copy`/`reshape`; one entry may be -1.
-    Reshape { shape: Vec<i64> },
+    Reshape {
+        shape: Vec<i64>,
+    },
     /// `aten.permute_copy`; negative entries count from the end.
-    Permute { perm: Vec<i64> },
+    Permute {
+        perm: Vec<i64>,
+    },
 }
 
 impl Op {
@@ -315,9 +338,19 @@ impl GraphErrorKind {
     pub fn class(&self) -> ErrorClass {
         use GraphErrorKind::*;
         match self {
-            DimOutOfRange { .. } | RepeatedDim { .. } | RankTooHigh { .. } | RankMismatch { .. } | NotBroadcastable { .. }
-            | ShapeMismatch { .. } | FormatMismatch { .. } | FormatRankMismatch { .. } | ZeroSizedDim { .. }
-            | TooLarge { .. } | DataLength { .. } | BadReshape { .. } | BadPermute { .. } => ErrorClass::Shape,
+            DimOutOfRange { .. }
+            | RepeatedDim { .. }
+            | RankTooHigh { .. }
+            | RankMismatch { .. }
+            | NotBroadcastable { .. }
+            | ShapeMismatch { .. }
+            | FormatMismatch { .. }
+            | FormatRankMismatch { .. }
+            | ZeroSizedDim { .. }
+            | TooLarge { .. }
+            | DataLength { .. }
+            | BadReshape { .. }
+            | BadPermute { .. } => ErrorClass::Shape,
             DtypeMismatch { .. } | UnsupportedDtype { .. } => ErrorClass::Dtype,
             BadQuantScale { .. } | BadZeroPoint { .. } | QuantParamsMismatch => ErrorClass::Quant,
             ConvChannelMismatch { .. } | ConvGroupMismatch { .. } | BadConvParams { .. } => ErrorClass::Conv,
@@ -530,7 +563,11 @@ pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKi
                 return Err(E::ConvGroupMismatch { what: "output channels".into(), channels: o, groups: p.groups });
             }
             if w.shape[1].size * p.groups != c {
-                return Err(E::ConvChannelMismatch { input_channels: c, weight_channels: w.shape[1].size, groups: p.groups });
+                return Err(E::ConvChannelMismatch {
+                    input_channels: c,
+                    weight_channels: w.shape[1].size,
+                    groups: p.groups,
+                });
             }
             if let Some(b) = inputs.get(2) {
                 same_dtype(x, b)?;
@@ -547,7 +584,11 @@ pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKi
                     (Some(span), Some(padded)) if padded >= span => {
                         shape.push(Dim { size: (padded - span) / p.stride[k] + 1, dynamic: inp.dynamic })
                     }
-                    _ => return Err(E::BadConvParams { reason: format!("kernel larger than padded input in dim {}", 2 + k) }),
+                    _ => {
+                        return Err(E::BadConvParams {
+                            reason: format!("kernel larger than padded input in dim {}", 2 + k),
+                        })
+                    }
                 }
             }
             TensorSpec { shape, dtype: x.dtype, quant: None, format: keep_format(x, 4) }
@@ -558,7 +599,8 @@ pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKi
             want_float(a)?;
             same_dtype(a, b)?;
             let shape = broadcast(&a.shape, &b.shape)?;
-            let format = if a.rank() == shape.len() { keep_format(a, shape.len()) } else { keep_format(b, shape.len()) };
+            let format =
+                if a.rank() == shape.len() { keep_format(a, shape.len()) } else { keep_format(b, shape.len()) };
             TensorSpec { shape, dtype: a.dtype, quant: None, format }
         }
         Op::Square | Op::Rsqrt => {
@@ -658,7 +700,8 @@ pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKi
             if infer_at.len() > 1 || shape.iter().any(|&s| s == 0 || s < -1) {
                 return Err(bad());
             }
-            let known = shape.iter().filter(|&&s| s > 0).try_fold(1usize, |a, &s| a.checked_mul(s as usize)).ok_or_else(bad)?;
+            let known =
+                shape.iter().filter(|&&s| s > 0).try_fold(1usize, |a, &s| a.checked_mul(s as usize)).ok_or_else(bad)?;
             let mut dims: Vec<usize> = shape.iter().map(|&s| s.max(0) as usize).collect();
             if let Some(&i) = infer_at.first() {
                 if known == 0 || n % known != 0 {
@@ -668,7 +711,11 @@ pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKi
             } else if known != n {
                 return Err(bad());
             }
-            TensorSpec { shape: dims.into_iter().map(Dim::fixed).collect(), format: MemoryFormat::Contiguous, ..x.clone() }
+            TensorSpec {
+                shape: dims.into_iter().map(Dim::fixed).collect(),
+                format: MemoryFormat::Contiguous,
+                ..x.clone()
+            }
         }
         Op::Permute { perm } => {
             want_inputs(inputs, 1, 1)?;
@@ -699,7 +746,10 @@ impl Graph {
             }
             if let Op::Input { .. } = node.op {
                 if !node.inputs.is_empty() {
-                    return Err(err(GraphErrorKind::WrongInputCount { expected: "0".into(), found: node.inputs.len() }));
+                    return Err(err(GraphErrorKind::WrongInputCount {
+                        expected: "0".into(),
+                        found: node.inputs.len(),
+                    }));
                 }
                 check_spec(&node.spec).map_err(err)?;
                 continue;
@@ -751,7 +801,10 @@ impl Graph {
                 let pos = self.inputs.iter().position(|&i| i == id).unwrap_or(next_input);
                 next_input += 1;
                 let shape = input_shapes.get(pos).ok_or_else(|| {
-                    err(GraphErrorKind::WrongInputCount { expected: self.inputs.len().to_string(), found: input_shapes.len() })
+                    err(GraphErrorKind::WrongInputCount {
+                        expected: self.inputs.len().to_string(),
+                        found: input_shapes.len(),
+                    })
                 })?;
                 node.spec.check_shape(shape).map_err(err)?;
                 node.spec.concretize(shape)
@@ -801,7 +854,10 @@ impl GraphBuilder {
                 if g.error.is_none() {
                     g.error = Some(GraphError { node: id, op: op.name().to_string(), kind });
                 }
-                ids.first().and_then(|&i| g.nodes.get(i)).map(|n| n.spec.clone()).unwrap_or_else(|| TensorSpec::f32(&[1]))
+                ids.first()
+                    .and_then(|&i| g.nodes.get(i))
+                    .map(|n| n.spec.clone())
+                    .unwrap_or_else(|| TensorSpec::f32(&[1]))
             }
         };
         g.nodes.push(Node { op, inputs: ids, spec });

@@ -12,5 +12,5 @@ pub mod graph;
 pub mod tensor;
 
 pub use dtype::{ElemType, MemoryFormat, QuantParams};
-pub use graph::{Graph, GraphBuilder, GraphError, GraphErrorKind, NodeId, Op, T, TensorSpec};
+pub use graph::{Graph, GraphBuilder, GraphError, GraphErrorKind, NodeId, Op, TensorSpec, T};
 pub use tensor::{Tensor, TensorData};

@@ -88,7 +88,12 @@ impl Tensor {
     }
 
     pub fn qs8(shape: &[usize], values: Vec<i8>, q: QuantParams) -> Self {
-        Tensor { shape: shape.to_vec(), format: MemoryFormat::Contiguous, quant: Some(q), data: TensorData::Qs8(values) }
+        Tensor {
+            shape: shape.to_vec(),
+            format: MemoryFormat::Contiguous,
+            quant: Some(q),
+            data: TensorData::Qs8(values),
+        }
     }
 
     pub fn dtype(&self) -> ElemType {
@@ -151,7 +156,12 @@ impl Tensor {
             return self.clone();
         }
         let phys = Self::logical_to_physical(&self.shape, self.format);
-        Tensor { shape: self.shape.clone(), format: MemoryFormat::Contiguous, quant: self.quant, data: self.data.gather(&phys) }
+        Tensor {
+            shape: self.shape.clone(),
+            format: MemoryFormat::Contiguous,
+            quant: self.quant,
+            data: self.data.gather(&phys),
+        }
     }
 
     /// Values in logical order as real numbers (qs8 dequantized exactly in f64).
