@@ -1,1 +1,312 @@
-//! Scalar f64 reference interpreter (to be written: issue 2).
+//! Scalar f64 reference interpreter: the oracle every delegate result is checked against.
+//!
+//! Deliberately simple: single-threaded, no SIMD, no `unsafe`, no kernel shared with the
+//! delegate. Every op widens its inputs exactly to f64, computes in f64 and rounds once to
+//! its output type (round to nearest, ties to even; see [`crate::dtype`]). fp16/bf16 results
+//! are therefore rounded once per op, as PyTorch eager does per op.
+//!
+//! Sums (mean, conv, linear) use Neumaier-compensated f64 accumulation: products of two
+//! f32/f16/bf16 values are exact in f64, and the compensated sum is accurate to about one
+//! f64 ulp of the result, far below an f32 ulp, so the final rounding is the only one that
+//! matters except at (astronomically rare) near-ties. Infinities and NaN propagate as in IEEE
+//! arithmetic (a NaN anywhere in a reduced set makes the result NaN; +inf and -inf give NaN).
+//!
+//! Values live internally in contiguous (logical row-major) order; a memory format changes
+//! where values are stored, never what they are, so outputs are converted to the format of
+//! their node's spec only at the end.
+
+use crate::dtype::{round_f64, ElemType};
+use crate::graph::{mean_axes, normalize_dims, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op};
+use crate::tensor::{Tensor, TensorData};
+
+/// Why a graph could not be run. Both wrap the [`GraphError`] naming the node and the reason.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    /// The graph itself fails [`Graph::validate`].
+    #[error("invalid graph: {0}")]
+    InvalidGraph(GraphError),
+    /// The run-time inputs do not fit the graph: wrong count, dtype, quant params, memory
+    /// format, data length, static size, or a dynamic size above its bound (or one that makes
+    /// a later op's shapes incompatible).
+    #[error("bad inputs: {0}")]
+    BadInput(GraphError),
+}
+
+impl EvalError {
+    /// The underlying graph error (node, op, kind).
+    pub fn graph_error(&self) -> &GraphError {
+        match self {
+            EvalError::InvalidGraph(e) | EvalError::BadInput(e) => e,
+        }
+    }
+
+    pub fn kind(&self) -> &GraphErrorKind {
+        &self.graph_error().kind
+    }
+}
+
+/// Runs `graph` on `inputs` (one tensor per graph input, in order). Returns one tensor per
+/// graph output, laid out in the memory format of its node's spec.
+pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
+    graph.validate().map_err(EvalError::InvalidGraph)?;
+    graph.check_inputs(inputs).map_err(EvalError::BadInput)?;
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.clone()).collect();
+    let specs = graph.concrete_specs(&shapes).map_err(EvalError::BadInput)?;
+
+    let mut vals: Vec<Tensor> = Vec::with_capacity(graph.nodes.len());
+    for (id, node) in graph.nodes.iter().enumerate() {
+        let spec = &specs[id];
+        let shape = spec.max_shape(); // concrete: every dim static here
+        let ins: Vec<&Tensor> = node.inputs.iter().map(|&i| &vals[i]).collect();
+        let err = |kind| EvalError::InvalidGraph(GraphError { node: id, op: node.op.name().into(), kind });
+        let out = match &node.op {
+            Op::Input { .. } => {
+                // `validate` guarantees every input node is listed exactly once.
+                let pos = graph.inputs.iter().position(|&i| i == id).ok_or_else(|| {
+                    err(GraphErrorKind::WrongInputCount { expected: "an entry in graph inputs".into(), found: 0 })
+                })?;
+                inputs[pos].to_contiguous()
+            }
+            Op::Constant { tensor } => tensor.to_contiguous(),
+            Op::Mean { dims, dtype, .. } => {
+                let axes = mean_axes(dims, ins[0].rank()).map_err(err)?;
+                mean(ins[0], &axes, *dtype, &shape, spec.dtype)
+            }
+            Op::Conv2d(p) => conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype),
+            Op::Binary(op) => binary(*op, ins[0], ins[1], &shape, spec.dtype),
+            Op::Square => map(ins[0], spec.dtype, |x| x * x),
+            // 1/sqrt in f64: rsqrt(+0) = +inf, rsqrt(-0) = -inf, negative -> NaN, as PyTorch.
+            Op::Rsqrt => map(ins[0], spec.dtype, |x| 1.0 / x.sqrt()),
+            Op::Clamp { min, max } => {
+                let (lo, hi) = (min.map(f64::from), max.map(f64::from));
+                // NaN fails both comparisons and passes through, as in PyTorch. Comparing with
+                // the unrounded bounds then rounding the result equals PyTorch's clamp with
+                // bounds first rounded to the tensor's dtype (rounding is monotonic).
+                map(ins[0], spec.dtype, |x| {
+                    let x = match lo {
+                        Some(l) if x < l => l,
+                        _ => x,
+                    };
+                    match hi {
+                        Some(h) if x > h => h,
+                        _ => x,
+                    }
+                })
+            }
+            Op::Linear => linear(ins[0], ins[1], ins.get(2).copied(), &shape, spec.dtype),
+            Op::Quantize(q) => Tensor::from_f64(&shape, ElemType::Qs8, Some(*q), &ins[0].values_f64()),
+            Op::Dequantize(q) => {
+                let v: Vec<f64> = match &ins[0].data {
+                    TensorData::Qs8(d) => d.iter().map(|&x| q.dequantize(x)).collect(),
+                    _ => {
+                        return Err(err(GraphErrorKind::DtypeMismatch {
+                            expected: ElemType::Qs8,
+                            found: ins[0].dtype(),
+                        }))
+                    }
+                };
+                Tensor::from_f64(&shape, ElemType::F32, None, &v)
+            }
+            Op::ToCopy { .. } => {
+                if spec.dtype == ElemType::Qs8 {
+                    // qs8 -> qs8 (inference forbids float <-> qs8 here): a pure copy.
+                    ins[0].clone()
+                } else {
+                    Tensor::from_f64(&shape, spec.dtype, None, &ins[0].values_f64())
+                }
+            }
+            // Row-major reinterpretation of the logical values.
+            Op::Reshape { .. } => Tensor { shape: shape.clone(), ..ins[0].clone() },
+            Op::Permute { perm } => {
+                let x = ins[0];
+                let p = normalize_dims(perm, x.rank()).map_err(err)?;
+                let strides = row_major_strides(&x.shape);
+                let idx = strided_indices(&shape, &p.iter().map(|&d| strides[d]).collect::<Vec<_>>());
+                Tensor { shape: shape.clone(), data: x.data.gather(&idx), ..x.clone() }
+            }
+        };
+        if out.shape != shape || out.dtype() != spec.dtype || out.data.len() != out.numel() {
+            // Inference and evaluation disagree: a bug in this crate, reported, not panicked.
+            let kind = GraphErrorKind::ShapeMismatch { expected: shape, found: out.shape.clone() };
+            return Err(err(kind));
+        }
+        vals.push(out);
+    }
+    Ok(graph.outputs.iter().map(|&o| vals[o].to_format(specs[o].format)).collect())
+}
+
+/// Row-major strides of a logical shape.
+fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`.
+/// An empty shape has exactly one index (offset 0).
+fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    let mut off = 0usize;
+    for _ in 0..n {
+        out.push(off);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            off += strides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            off -= strides[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// Compensated (Neumaier) f64 sum. Starts from -0.0, the IEEE additive identity, so a sum
+/// of negative zeros stays -0.0. Non-finite inputs take the plain IEEE sum (inf, NaN).
+fn sum(terms: impl IntoIterator<Item = f64>) -> f64 {
+    let (mut s, mut c, mut plain) = (-0.0f64, 0.0f64, -0.0f64);
+    for x in terms {
+        plain += x;
+        let t = s + x;
+        c += if s.abs() >= x.abs() { (s - t) + x } else { (x - t) + s };
+        s = t;
+    }
+    if !plain.is_finite() {
+        plain
+    } else if c == 0.0 {
+        s
+    } else {
+        s + c
+    }
+}
+
+/// Applies `f` to every value in f64 and rounds once to `dtype`.
+fn map(x: &Tensor, dtype: ElemType, f: impl Fn(f64) -> f64) -> Tensor {
+    let v: Vec<f64> = x.values_f64().into_iter().map(f).collect();
+    Tensor::from_f64(&x.shape, dtype, None, &v)
+}
+
+/// `mean.dim`: `axes` sorted and normalized. With `cast`, every input value is first
+/// converted to that dtype (PyTorch casts the input before reducing), then the mean of the
+/// cast values is rounded once to `out_dtype`.
+fn mean(x: &Tensor, axes: &[usize], cast: Option<ElemType>, out_shape: &[usize], out_dtype: ElemType) -> Tensor {
+    let mut v = x.values_f64();
+    if let Some(dt) = cast {
+        v.iter_mut().for_each(|e| *e = round_f64(dt, *e));
+    }
+    let strides = row_major_strides(&x.shape);
+    let (mut kept, mut kept_st, mut red, mut red_st) = (vec![], vec![], vec![], vec![]);
+    for (d, (&s, &st)) in x.shape.iter().zip(&strides).enumerate() {
+        if axes.contains(&d) {
+            red.push(s);
+            red_st.push(st);
+        } else {
+            kept.push(s);
+            kept_st.push(st);
+        }
+    }
+    let count: usize = red.iter().product();
+    let offsets = strided_indices(&red, &red_st);
+    let out: Vec<f64> = strided_indices(&kept, &kept_st)
+        .into_iter()
+        .map(|base| sum(offsets.iter().map(|&o| v[base + o])) / count as f64)
+        .collect();
+    Tensor::from_f64(out_shape, out_dtype, None, &out)
+}
+
+/// Elementwise with numpy broadcasting (right-aligned; size-1 dims repeat).
+fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], dtype: ElemType) -> Tensor {
+    let idx = |t: &Tensor| {
+        let st = row_major_strides(&t.shape);
+        let lead = out_shape.len() - t.rank();
+        let s: Vec<usize> =
+            (0..out_shape.len()).map(|k| if k < lead || t.shape[k - lead] == 1 { 0 } else { st[k - lead] }).collect();
+        strided_indices(out_shape, &s)
+    };
+    let (av, bv) = (a.values_f64(), b.values_f64());
+    let out: Vec<f64> = idx(a)
+        .into_iter()
+        .zip(idx(b))
+        .map(|(i, j)| {
+            let (x, y) = (av[i], bv[j]);
+            match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Sub => x - y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::Div => x / y,
+            }
+        })
+        .collect();
+    Tensor::from_f64(out_shape, dtype, None, &out)
+}
+
+/// 2-D convolution, NCHW semantics. Padding positions are skipped (they contribute an exact
+/// zero mathematically; multiplying them would turn an inf weight into NaN).
+fn conv2d(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    p: &Conv2dParams,
+    out_shape: &[usize],
+    dtype: ElemType,
+) -> Tensor {
+    let (xv, wv) = (x.values_f64(), w.values_f64());
+    let bv = b.map(|b| b.values_f64());
+    let (c, h, wd) = (x.shape[1], x.shape[2], x.shape[3]);
+    let (cg, kh, kw) = (w.shape[1], w.shape[2], w.shape[3]);
+    let (n, o, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
+    let og = o / p.groups;
+    let mut out = Vec::with_capacity(n * o * oh * ow);
+    let mut terms = Vec::with_capacity(cg * kh * kw + 1);
+    for ni in 0..n {
+        for oi in 0..o {
+            let g = oi / og;
+            for y in 0..oh {
+                for xo in 0..ow {
+                    terms.clear();
+                    for ci in 0..cg {
+                        for i in 0..kh {
+                            let iy = (y * p.stride[0] + i * p.dilation[0]).checked_sub(p.padding[0]);
+                            let Some(iy) = iy.filter(|&v| v < h) else { continue };
+                            for j in 0..kw {
+                                let ix = (xo * p.stride[1] + j * p.dilation[1]).checked_sub(p.padding[1]);
+                                let Some(ix) = ix.filter(|&v| v < wd) else { continue };
+                                let xi = ((ni * c + g * cg + ci) * h + iy) * wd + ix;
+                                let wi = ((oi * cg + ci) * kh + i) * kw + j;
+                                terms.push(xv[xi] * wv[wi]);
+                            }
+                        }
+                    }
+                    if let Some(bv) = &bv {
+                        terms.push(bv[oi]);
+                    }
+                    out.push(sum(terms.iter().copied()));
+                }
+            }
+        }
+    }
+    Tensor::from_f64(out_shape, dtype, None, &out)
+}
+
+/// `linear`: `y[..., n] = sum_k x[..., k] * w[n, k] + b[n]`.
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, out_shape: &[usize], dtype: ElemType) -> Tensor {
+    let (xv, wv) = (x.values_f64(), w.values_f64());
+    let bv = b.map(|b| b.values_f64());
+    let (nout, k) = (w.shape[0], w.shape[1]);
+    let rows = if k == 0 { 0 } else { xv.len() / k };
+    let mut out = Vec::with_capacity(rows * nout);
+    for r in 0..rows {
+        let xr = &xv[r * k..(r + 1) * k];
+        for j in 0..nout {
+            let wr = &wv[j * k..(j + 1) * k];
+            let bias = bv.as_ref().map(|b| b[j]);
+            out.push(sum(xr.iter().zip(wr).map(|(a, b)| a * b).chain(bias)));
+        }
+    }
+    Tensor::from_f64(out_shape, dtype, None, &out)
+}

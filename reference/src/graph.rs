@@ -772,6 +772,17 @@ impl Graph {
                 return Err(GraphError { node: i, op: self.nodes[i].op.name().into(), kind });
             }
         }
+        // Every input node must be bound by exactly one entry of `inputs`: an unlisted one
+        // would have no value at run time, a repeated one would take two.
+        for (id, node) in self.nodes.iter().enumerate() {
+            if let Op::Input { .. } = node.op {
+                let found = self.inputs.iter().filter(|&&i| i == id).count();
+                if found != 1 {
+                    let kind = GraphErrorKind::WrongInputCount { expected: "1 entry in graph inputs".into(), found };
+                    return Err(GraphError { node: id, op: node.op.name().into(), kind });
+                }
+            }
+        }
         if self.outputs.is_empty() {
             return Err(GraphError { node: n, op: "graph".into(), kind: GraphErrorKind::NoOutputs });
         }

@@ -1,7 +1,7 @@
 //! Concrete tensors: shape (logical, NCHW semantics), memory format, element data in
 //! physical order.
 
-use crate::dtype::{ElemType, MemoryFormat, QuantParams};
+use crate::dtype::{self, ElemType, MemoryFormat, QuantParams};
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,27 @@ impl TensorData {
         }
     }
 
+    /// Values rounded once each to `dtype` (round to nearest even). For qs8, `quant` gives
+    /// the real-to-int8 mapping ([`QuantParams::quantize`]); without it the values are taken
+    /// as raw integers (rounded half to even, saturated to int8).
+    pub fn from_f64(dtype: ElemType, values: &[f64], quant: Option<QuantParams>) -> TensorData {
+        match dtype {
+            ElemType::F32 => TensorData::F32(values.iter().map(|&x| dtype::f32_from_f64(x)).collect()),
+            ElemType::F16 => TensorData::F16(values.iter().map(|&x| dtype::f16_from_f64(x)).collect()),
+            ElemType::Bf16 => TensorData::Bf16(values.iter().map(|&x| dtype::bf16_from_f64(x)).collect()),
+            ElemType::Qs8 => TensorData::Qs8(
+                values
+                    .iter()
+                    .map(|&x| match quant {
+                        Some(q) => q.quantize(x),
+                        // NaN -> 0 here: raw integers have no NaN convention to follow.
+                        None => x.round_ties_even().clamp(-128.0, 127.0) as i8,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     /// Gathers `self[idx[k]]` for every k, keeping the element type.
     pub fn gather(&self, idx: &[usize]) -> TensorData {
         match self {
@@ -93,6 +114,17 @@ impl Tensor {
             format: MemoryFormat::Contiguous,
             quant: Some(q),
             data: TensorData::Qs8(values),
+        }
+    }
+
+    /// A contiguous tensor of `dtype` from real values, each rounded once (qs8: quantized
+    /// with `quant`, see [`TensorData::from_f64`]).
+    pub fn from_f64(shape: &[usize], dtype: ElemType, quant: Option<QuantParams>, values: &[f64]) -> Self {
+        Tensor {
+            shape: shape.to_vec(),
+            format: MemoryFormat::Contiguous,
+            quant: if dtype == ElemType::Qs8 { quant } else { None },
+            data: TensorData::from_f64(dtype, values, quant),
         }
     }
 
