@@ -1,0 +1,231 @@
+//! ExecuTorch `.pte` program files: the `ET12` program flatbuffer, the `eh00` extended
+//! header, the segment table, and the XNNPACK delegate payloads they hold.
+//!
+//! File layout: bytes 0..4 root offset, 4..8 identifier `ET12`, 8..40 the extended header
+//! (`eh00`, length, program_size, segment_base_offset, segment_data_size; little-endian),
+//! the program flatbuffer up to `program_size`, then the segments at
+//! `segment_base_offset + DataSegment.offset`. The program is walked with the verified
+//! accessors generated from `schema/program.fbs`; every segment range is bounds-checked.
+
+use super::prog;
+
+/// The backend id of ExecuTorch's XNNPACK delegate.
+pub const XNNPACK_BACKEND_ID: &str = "XnnpackBackend";
+pub const EXTENDED_HEADER_MAGIC: &[u8; 4] = b"eh00";
+/// The smallest extended header (without `segment_data_size`).
+const MIN_EXTENDED_HEADER_LENGTH: u32 = 24;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PteError {
+    #[error("not a .pte file: {0}")]
+    NotPte(String),
+    #[error("extended header field {field} = {value}: {reason}")]
+    ExtendedHeader { field: &'static str, value: u64, reason: &'static str },
+    #[error("program flatbuffer verification failed: {0}")]
+    Verify(String),
+    #[error("segment {index} (offset {offset}, size {size}) lies outside the file ({file_len} bytes)")]
+    SegmentOutOfBounds { index: usize, offset: u64, size: u64, file_len: u64 },
+    #[error("execution plan {plan} delegate {delegate}: {reason}")]
+    BadDelegate { plan: usize, delegate: usize, reason: String },
+    #[error("{0} is missing")]
+    Missing(&'static str),
+}
+
+/// The `eh00` extended header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ExtendedHeader {
+    pub length: u32,
+    pub program_size: u64,
+    pub segment_base_offset: u64,
+    /// Absent in headers shorter than 32 bytes (older writers).
+    pub segment_data_size: Option<u64>,
+}
+
+/// One `Program.segments` entry, resolved to a file range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Segment {
+    pub index: usize,
+    pub file_offset: u64,
+    pub size: u64,
+}
+
+/// Where a delegate's processed bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum DataLocation {
+    Inline,
+    Segment,
+}
+
+/// One `BackendDelegate` of an execution plan, with its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Delegate<'a> {
+    pub plan: String,
+    pub plan_index: usize,
+    pub delegate_index: usize,
+    pub backend_id: String,
+    pub location: DataLocation,
+    /// Index into `Program.segments` (SEGMENT) or `backend_delegate_data` (INLINE).
+    pub index: u32,
+    /// File offset of the bytes (SEGMENT only).
+    pub file_offset: Option<u64>,
+    #[serde(skip)]
+    pub bytes: &'a [u8],
+}
+
+/// One entry of the named data store.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NamedData {
+    pub key: String,
+    pub segment_index: u32,
+}
+
+/// What the reader found in a `.pte` file.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PteFile<'a> {
+    pub extended_header: Option<ExtendedHeader>,
+    pub segments: Vec<Segment>,
+    pub delegates: Vec<Delegate<'a>>,
+    pub named_data: Vec<NamedData>,
+    /// Operators of every plan, as `name.overload`.
+    pub operators: Vec<String>,
+}
+
+impl<'a> PteFile<'a> {
+    /// The XNNPACK delegates, in plan then delegate order.
+    pub fn xnnpack(&self) -> impl Iterator<Item = &Delegate<'a>> {
+        self.delegates.iter().filter(|d| d.backend_id == XNNPACK_BACKEND_ID)
+    }
+}
+
+/// True when `bytes` carries the program identifier `ET12` at 4..8.
+pub fn is_pte(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && &bytes[4..8] == b"ET12"
+}
+
+fn read_u32(b: &[u8], o: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn read_u64(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Parses and bounds-checks the extended header, `None` when the magic is absent.
+pub fn extended_header(bytes: &[u8]) -> Result<Option<ExtendedHeader>, PteError> {
+    if bytes.len() < 8 + MIN_EXTENDED_HEADER_LENGTH as usize || &bytes[8..12] != EXTENDED_HEADER_MAGIC {
+        return Ok(None);
+    }
+    let length = read_u32(bytes, 12);
+    let bad = |field, value, reason| Err(PteError::ExtendedHeader { field, value, reason });
+    if length < MIN_EXTENDED_HEADER_LENGTH {
+        return bad("length", length as u64, "below 24 bytes");
+    }
+    if 8 + length as u64 > bytes.len() as u64 {
+        return bad("length", length as u64, "runs past the file");
+    }
+    let program_size = read_u64(bytes, 16);
+    let segment_base_offset = read_u64(bytes, 24);
+    let segment_data_size = if length >= 32 { Some(read_u64(bytes, 32)) } else { None };
+    let len = bytes.len() as u64;
+    if program_size > len || program_size < 8 + length as u64 {
+        return bad("program_size", program_size, "outside the file or inside the header");
+    }
+    if segment_base_offset < program_size || segment_base_offset > len {
+        return bad("segment_base_offset", segment_base_offset, "before the program's end or past the file");
+    }
+    if let Some(s) = segment_data_size {
+        if segment_base_offset.checked_add(s).map_or(true, |e| e > len) {
+            return bad("segment_data_size", s, "runs past the file");
+        }
+    }
+    Ok(Some(ExtendedHeader { length, program_size, segment_base_offset, segment_data_size }))
+}
+
+/// Reads a `.pte` file: extended header, segment table, every delegate with its bytes,
+/// the named data store keys and the operator names.
+pub fn parse(bytes: &[u8]) -> Result<PteFile<'_>, PteError> {
+    if !is_pte(bytes) {
+        let found = bytes.get(4..8).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        return Err(PteError::NotPte(format!("identifier {found:?} is not ET12")));
+    }
+    let eh = extended_header(bytes)?;
+    let program_bytes = match eh {
+        Some(h) => &bytes[..h.program_size as usize],
+        None => bytes,
+    };
+    let opts = flatbuffers::VerifierOptions { max_depth: 64, max_tables: 1 << 20, ..Default::default() };
+    let program = prog::root_as_program_with_opts(&opts, program_bytes).map_err(|e| PteError::Verify(e.to_string()))?;
+
+    let file_len = bytes.len() as u64;
+    let mut segments = Vec::new();
+    if let Some(list) = program.segments() {
+        for (index, s) in list.iter().enumerate() {
+            let (offset, size) = (s.offset(), s.size());
+            let base = eh.map(|h| h.segment_base_offset);
+            let file_offset = base.and_then(|b| b.checked_add(offset));
+            match file_offset.and_then(|o| o.checked_add(size).map(|e| (o, e))) {
+                Some((o, end)) if end <= file_len => segments.push(Segment { index, file_offset: o, size }),
+                _ => return Err(PteError::SegmentOutOfBounds { index, offset, size, file_len }),
+            }
+        }
+    }
+
+    let mut delegates = Vec::new();
+    let mut operators = Vec::new();
+    let plans = program.execution_plan().ok_or(PteError::Missing("Program.execution_plan"))?;
+    for (pi, plan) in plans.iter().enumerate() {
+        let plan_name = plan.name().unwrap_or("").to_string();
+        for op in plan.operators().iter().flatten() {
+            let (n, o) = (op.name().unwrap_or(""), op.overload().unwrap_or(""));
+            operators.push(if o.is_empty() { n.to_string() } else { format!("{n}.{o}") });
+        }
+        for (di, d) in plan.delegates().iter().flatten().enumerate() {
+            let bad = |reason: String| PteError::BadDelegate { plan: pi, delegate: di, reason };
+            let processed = d.processed().ok_or_else(|| bad("no processed data reference".into()))?;
+            let index = processed.index();
+            let (location, file_offset, data) = match processed.location() {
+                prog::DataLocation::SEGMENT => {
+                    let seg =
+                        segments.get(index as usize).ok_or_else(|| bad(format!("segment {index} does not exist")))?;
+                    let s = seg.file_offset as usize;
+                    (DataLocation::Segment, Some(seg.file_offset), &bytes[s..s + seg.size as usize])
+                }
+                prog::DataLocation::INLINE => {
+                    let inline = program
+                        .backend_delegate_data()
+                        .and_then(|v| ((index as usize) < v.len()).then(|| v.get(index as usize)))
+                        .ok_or_else(|| bad(format!("inline data {index} does not exist")))?;
+                    (DataLocation::Inline, None, inline.data().map(|v| v.bytes()).unwrap_or(&[]))
+                }
+                other => return Err(bad(format!("unknown data location {}", other.0))),
+            };
+            delegates.push(Delegate {
+                plan: plan_name.clone(),
+                plan_index: pi,
+                delegate_index: di,
+                backend_id: d.id().unwrap_or("").to_string(),
+                location,
+                index,
+                file_offset,
+                bytes: data,
+            });
+        }
+    }
+
+    let named_data = program
+        .named_data()
+        .iter()
+        .flatten()
+        .map(|n| NamedData { key: n.key().unwrap_or("").to_string(), segment_index: n.segment_index() })
+        .collect();
+    Ok(PteFile { extended_header: eh, segments, delegates, named_data, operators })
+}
+
+/// The bytes of every XNNPACK delegate payload in a `.pte` file, in plan then delegate order.
+pub fn xnnpack_payloads(bytes: &[u8]) -> Result<Vec<&[u8]>, PteError> {
+    Ok(parse(bytes)?.xnnpack().map(|d| d.bytes).collect())
+}
