@@ -242,7 +242,9 @@ fn decode_constants(
     let mut out = Vec::with_capacity(list.len());
     for (index, c) in list.iter().enumerate() {
         let (offset, size) = (c.offset(), c.size());
-        let key = c.named_key().filter(|k| !k.is_empty());
+        // Present-but-empty keys (ExecuTorch's reserved entry) are kept as `Some("")`.
+        let named_key = c.named_key();
+        let key = named_key.filter(|k| !k.is_empty());
         let bad = |reason| LoadError::BadConstant { index, offset, size, reason };
         match key {
             Some(_) => {
@@ -262,7 +264,7 @@ fn decode_constants(
                 }
             }
         }
-        out.push(ConstantDataOffset { offset, size, named_key: key.map(str::to_string) });
+        out.push(ConstantDataOffset { offset, size, named_key: named_key.map(str::to_string) });
     }
     Ok(out)
 }

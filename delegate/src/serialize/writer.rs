@@ -93,13 +93,11 @@ fn wire_type_id(kind: &XNodeKind) -> u8 {
 }
 
 fn write_constant<'a>(b: &mut FlatBufferBuilder<'a>, c: &ConstantDataOffset) -> WIPOffset<fb::ConstantDataOffset<'a>> {
-    // ExecuTorch's dataclass always carries a key ("" for offset entries) and flatc writes
-    // empty strings, so every entry gets one; the loader maps "" back to `None`.
-    let key = b.create_string(c.named_key.as_deref().unwrap_or(""));
-    fb::ConstantDataOffset::create(
-        b,
-        &fb::ConstantDataOffsetArgs { offset: c.offset, size: c.size, named_key: Some(key) },
-    )
+    // A key is written exactly when present, empty included: ExecuTorch's reserved entry 0
+    // carries a present-but-empty key (flatc writes empty strings), which the lowering
+    // mirrors as `Some("")`.
+    let key = c.named_key.as_deref().map(|k| b.create_string(k));
+    fb::ConstantDataOffset::create(b, &fb::ConstantDataOffsetArgs { offset: c.offset, size: c.size, named_key: key })
 }
 
 fn write_tensor<'a>(b: &mut FlatBufferBuilder<'a>, v: &XValue) -> WIPOffset<fb::XNNTensorValue<'a>> {
@@ -129,7 +127,7 @@ fn write_value<'a>(b: &mut FlatBufferBuilder<'a>, v: &XValue) -> WIPOffset<fb::X
                 &fb::XNNQuantizedTensorValueArgs {
                     tensor_value: Some(tensor),
                     quant_params_type: qty,
-                    quant_params: Some(qoff),
+                    quant_params: (qty.0 != 0).then_some(qoff),
                 },
             );
             (fb::XValueUnion::XNNQuantizedTensorValue, qt.as_union_value())
@@ -282,11 +280,13 @@ fn write_node<'a>(b: &mut FlatBufferBuilder<'a>, n: &XNode) -> WIPOffset<fb::XNo
     let mm = n
         .output_min_max
         .map(|(output_min, output_max)| fb::OutputMinMax::create(b, &fb::OutputMinMaxArgs { output_min, output_max }));
+    let type_id = wire_type_id(&n.kind);
     fb::XNode::create(
         b,
         &fb::XNodeArgs {
-            xnode_union_type: fb::XNodeUnion(wire_type_id(&n.kind)),
-            xnode_union: Some(payload),
+            xnode_union_type: fb::XNodeUnion(type_id),
+            // Type NONE has no value (the verifier requires both or neither).
+            xnode_union: (type_id != 0).then_some(payload),
             debug_handle: n.debug_handle,
             output_min_max: mm,
         },
