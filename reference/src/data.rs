@@ -87,6 +87,12 @@ impl SplitMix64 {
     }
 }
 
+/// 2^e for normal-range e, built from its bits: exact by construction on every platform
+/// (`powi` promises no particular precision).
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
 /// Largest outlier magnitude per dtype: fp16 squares must stay below 65504.
 fn outlier_cap(dtype: ElemType) -> f64 {
     match dtype {
@@ -102,7 +108,7 @@ fn draw(rng: &mut SplitMix64, dist: Distribution, dtype: ElemType) -> f64 {
             let e = rng.below(13) as i32 - 8;
             let m = 1.0 + rng.below(256) as f64 / 256.0;
             let s = if rng.below(2) == 0 { 1.0 } else { -1.0 };
-            s * m * 2f64.powi(e)
+            s * m * pow2(e)
         }
         Distribution::SmallIntegers => rng.below(17) as f64 - 8.0,
         Distribution::Uniform | Distribution::ConstantRows => rng.range(-1.0, 1.0),
@@ -121,9 +127,9 @@ fn draw(rng: &mut SplitMix64, dist: Distribution, dtype: ElemType) -> f64 {
 /// The special values of a float dtype, in a fixed order.
 fn float_specials(dtype: ElemType) -> [f64; 8] {
     let (min_sub, max_sub, max) = match dtype {
-        ElemType::F16 => (2f64.powi(-24), 2f64.powi(-14) - 2f64.powi(-24), 65504.0),
-        ElemType::Bf16 => (2f64.powi(-133), 2f64.powi(-126) - 2f64.powi(-133), f64::from(half::bf16::MAX)),
-        _ => (2f64.powi(-149), 2f64.powi(-126) - 2f64.powi(-149), f32::MAX as f64),
+        ElemType::F16 => (pow2(-24), pow2(-14) - pow2(-24), 65504.0),
+        ElemType::Bf16 => (pow2(-133), pow2(-126) - pow2(-133), f64::from(half::bf16::MAX)),
+        _ => (pow2(-149), pow2(-126) - pow2(-149), f32::MAX as f64),
     };
     [0.0, -0.0, min_sub, -max_sub, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, max]
 }
