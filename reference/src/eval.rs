@@ -298,7 +298,7 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, out_shape: &[usize], dtype
     let (xv, wv) = (x.values_f64(), w.values_f64());
     let bv = b.map(|b| b.values_f64());
     let (nout, k) = (w.shape[0], w.shape[1]);
-    let rows = if k == 0 { 0 } else { xv.len() / k };
+    let rows = xv.len().checked_div(k).unwrap_or(0);
     let mut out = Vec::with_capacity(rows * nout);
     for r in 0..rows {
         let xr = &xv[r * k..(r + 1) * k];

@@ -902,6 +902,14 @@ impl GraphBuilder {
         self.constant(Tensor::f32(&[], vec![v]))
     }
 
+    /// A 0-D constant of `like`'s float dtype (`x + eps` on an fp16/bf16 `x`; binary ops
+    /// require equal dtypes, unlike PyTorch's scalar promotion). `v` is rounded once to that
+    /// dtype; a qs8 or unknown `like` gives fp32.
+    pub fn scalar_like(&self, v: f32, like: T) -> T {
+        let dtype = self.spec(like).map(|s| s.dtype).filter(|d| d.is_float()).unwrap_or(ElemType::F32);
+        self.constant(Tensor::from_f64(&[], dtype, None, &[v as f64]))
+    }
+
     /// `x.mean(dims, keepdim)`; an empty `dims` reduces every dim.
     pub fn mean(&self, x: T, dims: &[i64], keepdim: bool) -> T {
         self.push(Op::Mean { dims: dims.to_vec(), keepdim, dtype: None }, &[x])

@@ -282,7 +282,7 @@ fn to_copy_dtypes_and_formats() {
     let z = g.to_format(y, MemoryFormat::Contiguous);
     let graph = g.finish(&[y, z]).unwrap();
     let xin = tensor(ElemType::F32, &[1, 2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    let out = run(&graph, &[xin.clone()]).unwrap();
+    let out = run(&graph, std::slice::from_ref(&xin)).unwrap();
     assert_eq!(out[0].format, MemoryFormat::ChannelsLast);
     assert_eq!(out[0].data, TensorData::F32(vec![1.0, 5.0, 2.0, 6.0, 3.0, 7.0, 4.0, 8.0]));
     assert_eq!(out[1], xin);
@@ -384,7 +384,7 @@ fn rmsnorm_in_fp16_rounds_per_op() {
     // x * rsqrt(mean(x^2, -1, keepdim) + eps) with every intermediate rounded to fp16.
     let g = GraphBuilder::new();
     let x = g.input("x", TensorSpec::f16(&[1, 2]));
-    let eps = g.constant(tensor(ElemType::F16, &[], &[0.0]));
+    let eps = g.scalar_like(1e-9, x); // rounds to 0 in fp16 (below half the smallest subnormal)
     let ms = g.mean(g.square(x), &[-1], true);
     let y = g.mul(x, g.rsqrt(g.add(ms, eps)));
     let graph = g.finish(&[y]).unwrap();
@@ -395,6 +395,7 @@ fn rmsnorm_in_fp16_rounds_per_op() {
     let y1 = half::f16::from_f64(1.1318359375).to_bits();
     assert_eq!((out[0].data.bits(0), out[0].data.bits(1)), (y0 as u32, y1 as u32));
     assert_eq!(out[0].shape, vec![1, 2]);
+    assert_eq!(graph.nodes[1].spec, TensorSpec::f16(&[]));
 }
 
 #[test]
@@ -404,7 +405,7 @@ fn bad_inputs_get_typed_errors() {
     let y = g.relu(x);
     let graph = g.finish(&[y]).unwrap();
     let ok = tensor(ElemType::F32, &[2, 2], &[1.0, -1.0, 2.0, -2.0]);
-    assert_eq!(run(&graph, &[ok.clone()]).unwrap()[0].values_f64(), vec![1.0, 0.0, 2.0, 0.0]);
+    assert_eq!(run(&graph, std::slice::from_ref(&ok)).unwrap()[0].values_f64(), vec![1.0, 0.0, 2.0, 0.0]);
     let kind = |inputs: &[Tensor]| match run(&graph, inputs) {
         Err(EvalError::BadInput(e)) => e.kind,
         other => panic!("expected BadInput, got {other:?}"),
