@@ -1,9 +1,793 @@
-//! `harness gate` (to be written).
+//! `harness gate`: regression gates on delegate, node and transpose counts and payload bytes.
+//!
+//! Two jobs:
+//! - **Golden table** (default): every program of [`crate::programs`] is lowered in the three
+//!   modes; delegates, ops left outside, node counts by type (read back from the serialized
+//!   payloads, cross-checked with the lowering's summary), transposes, converts, payload sizes
+//!   and sha256 are compared with `corpora/gates/golden.json`. Any change is a readable diff
+//!   naming pattern, mode, count, old and new; a hash change also shows the decoded-graph diff
+//!   against the graph stored in `corpora/gates/graphs.jsonl`. `--bless` rewrites both.
+//! - **`.pte` limits** (`harness gate FILE.pte --max XNNStaticTranspose=2 --forbid
+//!   XNNGlobalAvgPooling2d`, or `--limits FILE.json`): gates a real ExecuTorch program's
+//!   XNNPACK payloads.
+//!
+//! Node type names, wherever they come from (golden file, limits, command line), must be
+//! members of the schema's `XNodeUnion` (B6: a misspelled name must not count as zero).
+
+use crate::programs::{self, Family, NamedProgram};
+use anyhow::{bail, Context};
+use delegate::lower::{lower_with, LowerOptions};
+use delegate::program::Step;
+use delegate::serialize::{self, LoadLimits};
+use delegate::xnn::{node_type_id, XnnGraph, NODE_TYPE_NAMES};
+use delegate::LoweringMode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// Command-line arguments of `harness gate`.
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct GateArgs {}
+pub struct GateArgs {
+    /// An ExecuTorch `.pte` file to gate against limits (instead of the golden table).
+    pub pte: Option<PathBuf>,
+    /// Rewrite the golden table (and stored graphs) from the current lowering.
+    #[arg(long)]
+    pub bless: bool,
+    /// The golden table (default: corpora/gates/golden.json of this checkout).
+    #[arg(long)]
+    pub golden: Option<PathBuf>,
+    /// Only programs whose name contains one of these substrings (no bless allowed then).
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// `.pte` mode: at most N nodes of a type, as `NODE=N` (repeatable).
+    #[arg(long = "max", value_name = "NODE=N")]
+    pub max: Vec<String>,
+    /// `.pte` mode: at least N nodes of a type, as `NODE=N` (repeatable).
+    #[arg(long = "min", value_name = "NODE=N")]
+    pub min: Vec<String>,
+    /// `.pte` mode: no node of this type (repeatable).
+    #[arg(long, value_name = "NODE")]
+    pub forbid: Vec<String>,
+    /// `.pte` mode: at most this many XNNPACK delegates.
+    #[arg(long)]
+    pub max_delegates: Option<usize>,
+    /// `.pte` mode: limits in a JSON file: {"max": {NODE: N}, "min": {..}, "forbid": [..], "max_delegates": N}.
+    #[arg(long, value_name = "FILE")]
+    pub limits: Option<PathBuf>,
+}
 
-pub fn run(_args: GateArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("harness gate: not implemented yet")
+/// Format version of the golden file.
+pub const GOLDEN_VERSION: u32 = 1;
+
+/// The golden table: per pattern, per mode, what the lowering produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Golden {
+    pub version: u32,
+    pub note: String,
+    pub patterns: BTreeMap<String, PatternEntry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PatternEntry {
+    pub description: String,
+    pub family: Family,
+    /// Keyed by [`LoweringMode::name`].
+    pub modes: BTreeMap<String, ModeEntry>,
+}
+
+/// What one mode's lowering of one pattern gave.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModeEntry {
+    /// The lowering's error, when it refused the program (then every count is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub delegates: usize,
+    /// Ops left outside, as `op: reason`, in program order.
+    pub outside: Vec<String>,
+    /// Node counts by schema type name, summed over the delegates' decoded payloads.
+    pub nodes: BTreeMap<String, usize>,
+    pub transposes: usize,
+    pub converts: usize,
+    /// Payload size in bytes, per delegate segment.
+    pub payload_bytes: Vec<usize>,
+    /// sha256 of `serialize::write` of each segment.
+    pub sha256: Vec<String>,
+}
+
+/// A stored segment graph (constants as a hash), for diffs when a payload hash moves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredGraph {
+    pub pattern: String,
+    pub mode: String,
+    pub segment: usize,
+    pub constants_sha256: String,
+    pub graph: XnnGraph,
+}
+
+/// A freshly computed table plus the segment graphs behind its hashes.
+pub struct Computed {
+    pub golden: Golden,
+    pub graphs: Vec<StoredGraph>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Checks that a node type name is a schema union member (B6).
+pub fn check_node_name(name: &str) -> anyhow::Result<()> {
+    if node_type_id(name).is_none() {
+        let close: Vec<&str> = NODE_TYPE_NAMES
+            .iter()
+            .copied()
+            .filter(|n| n.to_lowercase().contains(&name.to_lowercase().replace("xnn", "")) || similar(n, name))
+            .collect();
+        let hint = if close.is_empty() { String::new() } else { format!(" (did you mean {}?)", close.join(", ")) };
+        bail!("unknown XNNPACK node type name {name:?}: not a member of XNodeUnion{hint}");
+    }
+    Ok(())
+}
+
+/// Edit distance at most 2 (cheap enough for 48 names).
+fn similar(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a.len().abs_diff(b.len()) > 2 {
+        return false;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()] <= 2
+}
+
+impl Golden {
+    /// Every node type name in the table must be a schema member; also the version.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.version != GOLDEN_VERSION {
+            bail!("golden table version {} is not the supported {GOLDEN_VERSION}", self.version);
+        }
+        for (p, entry) in &self.patterns {
+            for (m, e) in &entry.modes {
+                if !LoweringMode::ALL.iter().any(|x| x.name() == m) {
+                    bail!("pattern {p}: unknown lowering mode {m:?}");
+                }
+                for name in e.nodes.keys() {
+                    check_node_name(name).with_context(|| format!("golden table, pattern {p}, mode {m}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and validates a golden file's text.
+    pub fn parse(text: &str) -> anyhow::Result<Golden> {
+        let g: Golden = serde_json::from_str(text).context("golden table is not valid JSON of the expected form")?;
+        g.validate()?;
+        Ok(g)
+    }
+
+    pub fn load(path: &Path) -> anyhow::Result<Golden> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!("cannot read the golden table {} (create it with `harness gate --bless`)", path.display())
+        })?;
+        Golden::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+}
+
+/// Where the golden table lives when no path is given: the checkout's `corpora/gates/`.
+pub fn default_golden_path() -> PathBuf {
+    let rel = PathBuf::from("corpora/gates/golden.json");
+    if rel.exists() {
+        return rel;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpora/gates/golden.json")
+}
+
+/// The stored graphs file next to a golden file.
+pub fn graphs_path(golden: &Path) -> PathBuf {
+    golden.with_file_name("graphs.jsonl")
+}
+
+fn options(p: &NamedProgram, mode: LoweringMode) -> LowerOptions {
+    LowerOptions { enable_bf16: p.enable_bf16, ..LowerOptions::new(mode) }
+}
+
+/// Lowers one program in one mode and records everything the table pins.
+pub fn compute_entry(p: &NamedProgram, graph: &reference::Graph, mode: LoweringMode) -> (ModeEntry, Vec<StoredGraph>) {
+    let lowered = match lower_with(graph, &options(p, mode)) {
+        Ok(l) => l,
+        Err(e) => return (ModeEntry { error: Some(e.to_string()), ..Default::default() }, vec![]),
+    };
+    let s = &lowered.summary;
+    let mut e = ModeEntry {
+        error: None,
+        delegates: s.delegates,
+        outside: s.outside.iter().map(|o| format!("{}: {}", o.op, o.reason)).collect(),
+        nodes: BTreeMap::new(),
+        transposes: s.transposes,
+        converts: s.converts,
+        payload_bytes: vec![],
+        sha256: vec![],
+    };
+    let mut problems = Vec::new();
+    let mut graphs = Vec::new();
+    for (k, seg) in lowered
+        .steps
+        .iter()
+        .filter_map(|st| match st {
+            Step::Delegate(d) => Some(d),
+            Step::Portable(_) => None,
+        })
+        .enumerate()
+    {
+        let bytes = serialize::write(&seg.graph);
+        e.payload_bytes.push(bytes.len());
+        e.sha256.push(sha256_hex(&bytes));
+        // Counts come from what the loader reads back, the bytes a runtime would see.
+        match serialize::load(&bytes, &LoadLimits::default()) {
+            Ok(back) => {
+                for (name, n) in serialize::node_counts(&back) {
+                    *e.nodes.entry(name).or_insert(0) += n;
+                }
+            }
+            Err(err) => problems.push(format!("segment {k}: the loader rejects the written payload: {err}")),
+        }
+        let mut g = seg.graph.clone();
+        let constants_sha256 = sha256_hex(&g.constant_bytes);
+        g.constant_bytes.clear();
+        graphs.push(StoredGraph {
+            pattern: p.name.clone(),
+            mode: mode.name().into(),
+            segment: k,
+            constants_sha256,
+            graph: g,
+        });
+    }
+    if e.nodes != s.node_counts {
+        problems.push(format!("summary node counts {:?} differ from the payloads' {:?}", s.node_counts, e.nodes));
+    }
+    if e.delegates != e.payload_bytes.len() {
+        problems.push(format!(
+            "summary says {} delegates, the program has {} segments",
+            e.delegates,
+            e.payload_bytes.len()
+        ));
+    }
+    let t = e.nodes.get("XNNStaticTranspose").copied().unwrap_or(0);
+    let c = e.nodes.get("XNNConvert").copied().unwrap_or(0);
+    if (t, c) != (e.transposes, e.converts) {
+        problems.push(format!(
+            "summary transposes/converts {}/{} differ from the payloads' {t}/{c}",
+            e.transposes, e.converts
+        ));
+    }
+    if !problems.is_empty() {
+        e.error = Some(format!("inconsistent lowering: {}", problems.join("; ")));
+    }
+    (e, graphs)
+}
+
+/// Recomputes the table for the catalog (optionally filtered by name substrings).
+pub fn compute(only: &[String]) -> anyhow::Result<Computed> {
+    let mut golden = Golden {
+        version: GOLDEN_VERSION,
+        note: "Generated by `harness gate --bless`; do not edit by hand. Counts are read back from the serialized payloads.".into(),
+        patterns: BTreeMap::new(),
+    };
+    let mut graphs = Vec::new();
+    for p in programs::catalog() {
+        if !only.is_empty() && !only.iter().any(|o| p.name.contains(o.as_str())) {
+            continue;
+        }
+        let graph = p.graph().with_context(|| format!("program {} does not build", p.name))?;
+        let mut modes = BTreeMap::new();
+        for mode in LoweringMode::ALL {
+            let (e, g) = compute_entry(&p, &graph, mode);
+            modes.insert(mode.name().to_string(), e);
+            graphs.extend(g);
+        }
+        golden
+            .patterns
+            .insert(p.name.clone(), PatternEntry { description: p.description.clone(), family: p.family, modes });
+    }
+    Ok(Computed { golden, graphs })
+}
+
+/// One changed value: which pattern, which mode, which count, old and new.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub pattern: String,
+    pub mode: String,
+    pub field: String,
+    pub old: String,
+    pub new: String,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pattern {}, mode {}: {} {} -> {}", self.pattern, self.mode, self.field, self.old, self.new)
+    }
+}
+
+fn flatten(e: &ModeEntry) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    m.insert("error".into(), e.error.clone().unwrap_or_else(|| "none".into()));
+    m.insert("delegates".into(), e.delegates.to_string());
+    m.insert("ops outside".into(), format!("{:?}", e.outside));
+    for name in NODE_TYPE_NAMES {
+        if let Some(n) = e.nodes.get(name) {
+            m.insert(format!("node count {name}"), n.to_string());
+        }
+    }
+    for (name, n) in &e.nodes {
+        m.entry(format!("node count {name}")).or_insert_with(|| n.to_string());
+    }
+    m.insert("transposes".into(), e.transposes.to_string());
+    m.insert("converts".into(), e.converts.to_string());
+    m.insert("segments".into(), e.payload_bytes.len().to_string());
+    for (k, b) in e.payload_bytes.iter().enumerate() {
+        m.insert(format!("payload bytes [segment {k}]"), b.to_string());
+    }
+    for (k, h) in e.sha256.iter().enumerate() {
+        m.insert(format!("sha256 [segment {k}]"), h.clone());
+    }
+    m
+}
+
+/// Every difference between two tables (absent counts read as 0, absent segments as "absent").
+pub fn diff(old: &Golden, new: &Golden) -> Vec<Change> {
+    let mut out = Vec::new();
+    let names: std::collections::BTreeSet<&String> = old.patterns.keys().chain(new.patterns.keys()).collect();
+    for name in names {
+        let (o, n) = (old.patterns.get(name), new.patterns.get(name));
+        let (o, n) = match (o, n) {
+            (Some(o), Some(n)) => (o, n),
+            (o, n) => {
+                out.push(Change {
+                    pattern: name.clone(),
+                    mode: "*".into(),
+                    field: "pattern".into(),
+                    old: if o.is_some() { "present" } else { "absent" }.into(),
+                    new: if n.is_some() { "present" } else { "absent" }.into(),
+                });
+                continue;
+            }
+        };
+        for mode in LoweringMode::ALL.iter().map(|m| m.name()) {
+            let empty = ModeEntry::default();
+            let (fo, fnew) =
+                (flatten(o.modes.get(mode).unwrap_or(&empty)), flatten(n.modes.get(mode).unwrap_or(&empty)));
+            let keys: std::collections::BTreeSet<&String> = fo.keys().chain(fnew.keys()).collect();
+            for k in keys {
+                let zero = if k.starts_with("node count") { "0" } else { "absent" };
+                let (a, b) =
+                    (fo.get(k).map(String::as_str).unwrap_or(zero), fnew.get(k).map(String::as_str).unwrap_or(zero));
+                if a != b {
+                    out.push(Change {
+                        pattern: name.clone(),
+                        mode: mode.into(),
+                        field: k.clone(),
+                        old: a.into(),
+                        new: b.into(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reads the stored graphs file (missing file = no stored graphs).
+pub fn load_graphs(path: &Path) -> anyhow::Result<Vec<StoredGraph>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}: line {}", path.display(), i + 1)))
+        .collect()
+}
+
+/// The decoded-graph diff for each segment whose hash moved.
+pub fn hash_diffs(changes: &[Change], old: &[StoredGraph], new: &[StoredGraph]) -> String {
+    let mut out = String::new();
+    for c in changes.iter().filter(|c| c.field.starts_with("sha256")) {
+        let seg: usize = c.field.trim_start_matches("sha256 [segment ").trim_end_matches(']').parse().unwrap_or(0);
+        let find = |v: &[StoredGraph]| {
+            v.iter().find(|g| g.pattern == c.pattern && g.mode == c.mode && g.segment == seg).cloned()
+        };
+        let _ = writeln!(out, "decoded-graph diff, pattern {}, mode {}, segment {seg}:", c.pattern, c.mode);
+        match (find(old), find(new)) {
+            (Some(a), Some(b)) => {
+                let d = serialize::diff_graphs(&a.graph, &b.graph);
+                for l in d.lines() {
+                    let _ = writeln!(out, "    {l}");
+                }
+                if a.constants_sha256 != b.constants_sha256 {
+                    let _ = writeln!(out, "    constant data: sha256 {} -> {}", a.constants_sha256, b.constants_sha256);
+                }
+                if d.is_empty() && a.constants_sha256 == b.constants_sha256 {
+                    let _ = writeln!(out, "    (decoded graphs equal: the change is in the encoding only)");
+                }
+            }
+            (None, _) => {
+                let _ = writeln!(out, "    (no stored graph for the old payload)");
+            }
+            (_, None) => {
+                let _ = writeln!(out, "    (the segment no longer exists)");
+            }
+        }
+    }
+    out
+}
+
+/// Per pattern: transposes and delegates `StaticMean` saves against `Main`, and `NhwcAware`
+/// against `StaticMean` (positive = fewer).
+pub fn savings_report(g: &Golden) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<30} {:>14} {:>14} {:>14} {:>14}",
+        "pattern", "T main/sm/nhwc", "D main/sm/nhwc", "sm saves T/D", "nhwc saves T/D"
+    );
+    let mut tot = [0i64; 4];
+    for (name, p) in &g.patterns {
+        let get = |m: LoweringMode| p.modes.get(m.name()).filter(|e| e.error.is_none());
+        let (Some(a), Some(b), Some(c)) =
+            (get(LoweringMode::Main), get(LoweringMode::StaticMean), get(LoweringMode::NhwcAware))
+        else {
+            let _ = writeln!(out, "{name:<30} (a mode failed to lower; see the table)");
+            continue;
+        };
+        let d = |x: usize, y: usize| x as i64 - y as i64;
+        let s = [
+            d(a.transposes, b.transposes),
+            d(a.delegates, b.delegates),
+            d(b.transposes, c.transposes),
+            d(b.delegates, c.delegates),
+        ];
+        for (t, v) in tot.iter_mut().zip(s) {
+            *t += v;
+        }
+        let _ = writeln!(
+            out,
+            "{name:<30} {:>14} {:>14} {:>14} {:>14}",
+            format!("{}/{}/{}", a.transposes, b.transposes, c.transposes),
+            format!("{}/{}/{}", a.delegates, b.delegates, c.delegates),
+            format!("{:+}/{:+}", s[0], s[1]),
+            format!("{:+}/{:+}", s[2], s[3]),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<30} {:>14} {:>14} {:>14} {:>14}",
+        "total",
+        "",
+        "",
+        format!("{:+}/{:+}", tot[0], tot[1]),
+        format!("{:+}/{:+}", tot[2], tot[3])
+    );
+    out
+}
+
+/// Outcome of comparing a recomputed table with the golden one.
+pub struct GateOutcome {
+    pub changes: Vec<Change>,
+    /// Patterns whose lowering is internally inconsistent (summary vs payloads).
+    pub inconsistent: Vec<String>,
+    /// The whole readable report (diff, hash diffs, savings).
+    pub report: String,
+    pub computed: Computed,
+}
+
+impl GateOutcome {
+    pub fn passed(&self) -> bool {
+        self.changes.is_empty() && self.inconsistent.is_empty()
+    }
+}
+
+/// Compares a recomputed table with `golden` (and its stored graphs).
+pub fn check_against(golden: &Golden, stored: &[StoredGraph], computed: Computed, filtered: bool) -> GateOutcome {
+    let mut old = golden.clone();
+    if filtered {
+        old.patterns.retain(|k, _| computed.golden.patterns.contains_key(k));
+    }
+    let changes = diff(&old, &computed.golden);
+    let inconsistent: Vec<String> = computed
+        .golden
+        .patterns
+        .iter()
+        .flat_map(|(p, e)| {
+            e.modes.iter().filter_map(move |(m, x)| {
+                x.error
+                    .as_deref()
+                    .filter(|s| s.starts_with("inconsistent lowering"))
+                    .map(|s| format!("pattern {p}, mode {m}: {s}"))
+            })
+        })
+        .collect();
+    let mut report = String::new();
+    if changes.is_empty() {
+        let _ = writeln!(report, "gate: {} patterns x 3 modes match the golden table", computed.golden.patterns.len());
+    } else {
+        let _ = writeln!(report, "gate: {} change(s) against the golden table:", changes.len());
+        for c in &changes {
+            let _ = writeln!(report, "  {c}");
+        }
+        report.push_str(&hash_diffs(&changes, stored, &computed.graphs));
+        let _ = writeln!(
+            report,
+            "If the change is deliberate, accept it with `harness gate --bless` (or `just gate --bless`)."
+        );
+    }
+    for i in &inconsistent {
+        let _ = writeln!(report, "  INCONSISTENT {i}");
+    }
+    let _ = writeln!(report, "\nsavings per pattern (T = transposes, D = delegates):");
+    report.push_str(&savings_report(&computed.golden));
+    GateOutcome { changes, inconsistent, report, computed }
+}
+
+fn write_golden(path: &Path, c: &Computed) -> anyhow::Result<()> {
+    c.golden.validate()?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut text = serde_json::to_string_pretty(&c.golden)?;
+    text.push('\n');
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    let mut lines = String::new();
+    for g in &c.graphs {
+        lines.push_str(&serde_json::to_string(g)?);
+        lines.push('\n');
+    }
+    let gp = graphs_path(path);
+    std::fs::write(&gp, lines).with_context(|| format!("writing {}", gp.display()))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// `.pte` limits
+
+/// Limits on a real program's XNNPACK payloads, summed over its delegates.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default)]
+    pub max: BTreeMap<String, usize>,
+    #[serde(default)]
+    pub min: BTreeMap<String, usize>,
+    #[serde(default)]
+    pub forbid: Vec<String>,
+    #[serde(default)]
+    pub max_delegates: Option<usize>,
+}
+
+fn parse_pair(s: &str) -> anyhow::Result<(String, usize)> {
+    let (name, n) = s.split_once('=').with_context(|| format!("{s:?}: expected NODE=N, e.g. XNNStaticTranspose=2"))?;
+    let n: usize = n.trim().parse().with_context(|| format!("{s:?}: {n:?} is not a count"))?;
+    Ok((name.trim().to_string(), n))
+}
+
+impl Limits {
+    /// Merges a limits file and command-line flags, then checks every name.
+    pub fn from_args(args: &GateArgs) -> anyhow::Result<Limits> {
+        let mut l = match &args.limits {
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(p).with_context(|| format!("reading limits file {}", p.display()))?;
+                serde_json::from_str(&text).with_context(|| format!("limits file {} is not valid", p.display()))?
+            }
+            None => Limits::default(),
+        };
+        for s in &args.max {
+            let (k, v) = parse_pair(s)?;
+            l.max.insert(k, v);
+        }
+        for s in &args.min {
+            let (k, v) = parse_pair(s)?;
+            l.min.insert(k, v);
+        }
+        l.forbid.extend(args.forbid.iter().cloned());
+        if args.max_delegates.is_some() {
+            l.max_delegates = args.max_delegates;
+        }
+        l.validate()?;
+        Ok(l)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for name in self.max.keys().chain(self.min.keys()).chain(&self.forbid) {
+            check_node_name(name)?;
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.max.is_empty() && self.min.is_empty() && self.forbid.is_empty() && self.max_delegates.is_none()
+    }
+
+    /// Violations for a program with `delegates` payloads and summed node `counts`.
+    pub fn violations(&self, delegates: usize, counts: &BTreeMap<String, usize>) -> Vec<String> {
+        let get = |n: &str| counts.get(n).copied().unwrap_or(0);
+        let mut v = Vec::new();
+        for (n, &lim) in &self.max {
+            if get(n) > lim {
+                v.push(format!("{n}: {} > at most {lim}", get(n)));
+            }
+        }
+        for (n, &lim) in &self.min {
+            if get(n) < lim {
+                v.push(format!("{n}: {} < at least {lim}", get(n)));
+            }
+        }
+        for n in &self.forbid {
+            if get(n) > 0 {
+                v.push(format!("{n}: {} present, forbidden", get(n)));
+            }
+        }
+        if let Some(m) = self.max_delegates {
+            if delegates > m {
+                v.push(format!("delegates: {delegates} > at most {m}"));
+            }
+        }
+        v
+    }
+}
+
+/// The XNNPACK payloads of a `.pte` file, in segment order.
+pub fn pte_payloads(bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+    let payloads = delegate::serialize::pte::xnnpack_payloads(bytes).context("reading the .pte file")?;
+    Ok(payloads.into_iter().map(|p| p.to_vec()).collect())
+}
+
+/// Gates one `.pte`: returns the report and whether it passed.
+pub fn gate_pte(bytes: &[u8], limits: &Limits) -> anyhow::Result<(bool, String)> {
+    let payloads = pte_payloads(bytes)?;
+    let mut out = String::new();
+    let mut total: BTreeMap<String, usize> = BTreeMap::new();
+    for (k, p) in payloads.iter().enumerate() {
+        let g = serialize::load(p, &LoadLimits::lenient())
+            .with_context(|| format!("delegate {k}: payload does not load"))?;
+        let counts = serialize::node_counts(&g);
+        let _ = writeln!(out, "delegate {k}: {} bytes, {} nodes {:?}", p.len(), g.nodes.len(), counts);
+        for (n, c) in counts {
+            *total.entry(n).or_insert(0) += c;
+        }
+    }
+    let _ = writeln!(out, "total: {} delegates, {:?}", payloads.len(), total);
+    let v = limits.violations(payloads.len(), &total);
+    for x in &v {
+        let _ = writeln!(out, "  VIOLATION {x}");
+    }
+    let _ = writeln!(out, "{}", if v.is_empty() { "gate: within limits" } else { "gate: limits exceeded" });
+    Ok((v.is_empty(), out))
+}
+
+pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(pte) = &args.pte {
+        if args.bless {
+            bail!("--bless applies to the golden table, not to a .pte file");
+        }
+        let limits = Limits::from_args(&args)?;
+        if limits.is_empty() {
+            bail!("no limits given: use --max NODE=N, --min NODE=N, --forbid NODE, --max-delegates N or --limits FILE");
+        }
+        let bytes = std::fs::read(pte).with_context(|| format!("reading {}", pte.display()))?;
+        let (ok, report) = gate_pte(&bytes, &limits)?;
+        print!("{report}");
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    if !(args.max.is_empty()
+        && args.min.is_empty()
+        && args.forbid.is_empty()
+        && args.limits.is_none()
+        && args.max_delegates.is_none())
+    {
+        bail!("--max/--min/--forbid/--limits/--max-delegates need a .pte file argument");
+    }
+    let path = args.golden.clone().unwrap_or_else(default_golden_path);
+    let computed = compute(&args.only)?;
+    if args.bless {
+        if !args.only.is_empty() {
+            bail!("--bless rewrites the whole table; drop --only");
+        }
+        let old = Golden::load(&path).ok();
+        let n = old.as_ref().map(|o| diff(o, &computed.golden).len());
+        write_golden(&path, &computed)?;
+        println!(
+            "blessed {} patterns x 3 modes into {} ({} changed value(s))",
+            computed.golden.patterns.len(),
+            path.display(),
+            n.map(|n| n.to_string()).unwrap_or_else(|| "new table".into())
+        );
+        print!("{}", savings_report(&computed.golden));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let golden = Golden::load(&path)?;
+    let stored = load_graphs(&graphs_path(&path))?;
+    let outcome = check_against(&golden, &stored, computed, !args.only.is_empty());
+    print!("{}", outcome.report);
+    Ok(if outcome.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspelled_names_are_rejected_with_a_hint() {
+        assert!(check_node_name("XNNStaticTranspose").is_ok());
+        let e = check_node_name("XNNStaticTranpose").unwrap_err().to_string();
+        assert!(e.contains("XNNStaticTranpose") && e.contains("did you mean XNNStaticTranspose"), "{e}");
+        assert!(check_node_name("").is_err());
+    }
+
+    #[test]
+    fn limits_parse_and_judge() {
+        let args = GateArgs {
+            max: vec!["XNNStaticTranspose=2".into()],
+            forbid: vec!["XNNGlobalAvgPooling2d".into()],
+            ..Default::default()
+        };
+        let l = Limits::from_args(&args).unwrap();
+        let mut c = BTreeMap::new();
+        c.insert("XNNStaticTranspose".to_string(), 2);
+        assert!(l.violations(1, &c).is_empty());
+        c.insert("XNNStaticTranspose".to_string(), 3);
+        c.insert("XNNGlobalAvgPooling2d".to_string(), 1);
+        let v = l.violations(1, &c);
+        assert_eq!(v.len(), 2, "{v:?}");
+        let bad = GateArgs { max: vec!["XNNTranspose=1".into()], ..Default::default() };
+        assert!(Limits::from_args(&bad).is_err());
+        let bad = GateArgs { max: vec!["XNNStaticTranspose".into()], ..Default::default() };
+        assert!(Limits::from_args(&bad).is_err());
+    }
+
+    #[test]
+    fn diff_names_pattern_mode_field_old_new() {
+        let mut e = ModeEntry { delegates: 1, transposes: 4, ..Default::default() };
+        e.nodes.insert("XNNStaticTranspose".into(), 4);
+        let mut modes = BTreeMap::new();
+        modes.insert("static_mean".to_string(), e.clone());
+        let old = Golden {
+            version: GOLDEN_VERSION,
+            note: String::new(),
+            patterns: [("p".to_string(), PatternEntry { description: String::new(), family: Family::Table, modes })]
+                .into_iter()
+                .collect(),
+        };
+        let mut new = old.clone();
+        let m = new.patterns.get_mut("p").unwrap().modes.get_mut("static_mean").unwrap();
+        m.transposes = 2;
+        m.nodes.remove("XNNStaticTranspose");
+        let d = diff(&old, &new);
+        let lines: Vec<String> = d.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "pattern p, mode static_mean: node count XNNStaticTranspose 4 -> 0".to_string(),
+                "pattern p, mode static_mean: transposes 4 -> 2".to_string(),
+            ]
+        );
+        assert!(diff(&old, &old).is_empty());
+    }
 }

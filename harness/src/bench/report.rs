@@ -1,0 +1,539 @@
+//! Sweep outputs: one CSV per thread count, the Markdown summary with findings, and an SVG
+//! plot per thread count of the ratios by scenario.
+
+use super::{MachineInfo, Row};
+use anyhow::Context;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Thread counts present in `rows`, ascending.
+pub fn thread_counts(rows: &[Row]) -> Vec<usize> {
+    let mut t: Vec<usize> = rows.iter().map(|r| r.threads).collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+pub fn csv_path(dir: &Path, threads: usize) -> PathBuf {
+    dir.join(format!("bench-t{threads}.csv"))
+}
+
+pub fn write_csv(path: &Path, rows: &[&Row]) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_path(path).with_context(|| format!("creating {}", path.display()))?;
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
+    let mut r = csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, rec) in r.deserialize().enumerate() {
+        out.push(rec.with_context(|| format!("{}: data row {} is not a valid sweep row", path.display(), i + 1))?);
+    }
+    Ok(out)
+}
+
+/// Writes every output of a sweep; returns the paths written.
+pub fn write_all(
+    dir: &Path,
+    rows: &[Row],
+    info: &MachineInfo,
+    wall: Duration,
+    quick: bool,
+) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    for t in thread_counts(rows) {
+        let these: Vec<&Row> = rows.iter().filter(|r| r.threads == t).collect();
+        let p = csv_path(dir, t);
+        write_csv(&p, &these)?;
+        written.push(p);
+        let svg = dir.join(format!("bench-t{t}.svg"));
+        plot(&svg, &these, t, info).with_context(|| format!("plotting {}", svg.display()))?;
+        written.push(svg);
+    }
+    let md = dir.join("bench-summary.md");
+    std::fs::write(&md, summary(rows, info, wall, quick)).with_context(|| format!("writing {}", md.display()))?;
+    written.push(md);
+    Ok(written)
+}
+
+/// Key of a row within a thread count: the scenario it times.
+fn key(r: &Row) -> (String, String, String) {
+    (r.scenario.clone(), r.shape.clone(), r.dtype.clone())
+}
+
+/// The variants of one scenario at one thread count, in sweep order.
+struct Group<'a> {
+    main: Option<&'a Row>,
+    sm_pot: Option<&'a Row>,
+    sm_cost: Option<&'a Row>,
+    nhwc: Option<&'a Row>,
+}
+
+fn groups(rows: &[Row], threads: usize) -> Vec<((String, String, String), Group<'_>)> {
+    let mut order: Vec<(String, String, String)> = Vec::new();
+    let mut map: BTreeMap<(String, String, String), Group> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.threads == threads) {
+        let k = key(r);
+        if !map.contains_key(&k) {
+            order.push(k.clone());
+        }
+        let g = map.entry(k).or_insert(Group { main: None, sm_pot: None, sm_cost: None, nhwc: None });
+        match (r.mode.as_str(), r.policy.as_str()) {
+            ("main", _) => g.main = Some(r),
+            ("static_mean", "per_output_tasks") => g.sm_pot = Some(r),
+            ("static_mean", _) => g.sm_cost = Some(r),
+            ("nhwc_aware", _) => g.nhwc = Some(r),
+            _ => {}
+        }
+    }
+    order.into_iter().filter_map(|k| map.remove(&k).map(|g| (k, g))).collect()
+}
+
+fn cell(r: Option<&Row>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) if r.check != "ok" => "FAIL".into(),
+        Some(r) => match (r.ratio_vs_main, r.ci_low, r.ci_high) {
+            (Some(x), Some(lo), Some(hi)) => {
+                format!("{x:.2} [{lo:.2}, {hi:.2}]{}", if r.within_noise { " ~" } else { "" })
+            }
+            _ => "n/a".into(),
+        },
+    }
+}
+
+fn us(ns: Option<f64>) -> String {
+    ns.map(|v| format!("{:.1}", v / 1000.0)).unwrap_or_else(|| "-".into())
+}
+
+fn ratio(r: Option<&Row>) -> Option<(f64, f64, f64)> {
+    let r = r?;
+    if r.check != "ok" {
+        return None;
+    }
+    Some((r.ratio_vs_main?, r.ci_low?, r.ci_high?))
+}
+
+/// "faster", "slower" or "within noise" from an interval.
+fn verdict(ci: Option<(f64, f64, f64)>) -> &'static str {
+    match ci {
+        None => "not measured",
+        Some((_, _, hi)) if hi < 1.0 => "faster",
+        Some((_, lo, _)) if lo > 1.0 => "slower",
+        Some(_) => "within noise",
+    }
+}
+
+fn numel(shape: &str) -> usize {
+    shape.split('x').filter_map(|s| s.parse::<usize>().ok()).product()
+}
+
+fn outputs_of_mean(shape: &str) -> usize {
+    let dims: Vec<usize> = shape.split('x').filter_map(|s| s.parse().ok()).collect();
+    dims.iter().rev().skip(1).product()
+}
+
+/// Small multi-output means: the change's "< 8K elements" shapes with more than one output.
+fn small_multi(scenario: &str, shape: &str) -> bool {
+    matches!(scenario, "rmsnorm" | "mean_last") && numel(shape) < 8192 && outputs_of_mean(shape) > 1
+}
+
+fn find<'a>(
+    rows: &'a [Row],
+    scenario: &str,
+    shape: &str,
+    dtype: &str,
+    mode: &str,
+    policy: &str,
+    t: usize,
+) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.scenario == scenario
+            && r.shape == shape
+            && r.dtype == dtype
+            && r.mode == mode
+            && r.policy == policy
+            && r.threads == t
+    })
+}
+
+fn fmt_ci(c: Option<(f64, f64, f64)>) -> String {
+    c.map(|(x, lo, hi)| format!("{x:.2}x [{lo:.2}, {hi:.2}]")).unwrap_or_else(|| "not measured".into())
+}
+
+/// Why a row of the change (`StaticMean`) is slower than `Main`, from what the sweep knows.
+fn why_slower(g: &Group, k: &(String, String, String), threads: usize, cores: usize) -> String {
+    let mut why = Vec::new();
+    if let (Some(m), Some(s)) = (g.main, g.sm_pot) {
+        if s.transposes > m.transposes {
+            why.push(format!(
+                "the static mean reads NCHW, so the lowering adds layout copies (transposes {} -> {})",
+                m.transposes, s.transposes
+            ));
+        }
+    }
+    if small_multi(&k.0, &k.1) && threads > 1 {
+        let cost = ratio(g.sm_cost).map(|c| format!(" (with cost_model: {})", fmt_ci(Some(c)))).unwrap_or_default();
+        why.push(format!(
+            "a small multi-output mean split into per-output tasks wakes the pool for little work (B16){cost}"
+        ));
+    }
+    if threads > cores {
+        why.push(format!("{threads} threads on {cores} cores: workers wait for each other (oversubscribed)"));
+    }
+    if why.is_empty() {
+        why.push("no structural cause in the counts; the delegated mean costs more than the portable one here, or it is noise from the shared machine".into());
+    }
+    why.join("; ")
+}
+
+/// The Markdown summary: machine, method, findings, reproduction, one table per thread count.
+pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) -> String {
+    let mut s = String::new();
+    let threads = thread_counts(rows);
+    let _ = writeln!(s, "# Latency sweep: Main (before) vs StaticMean (after) vs NhwcAware\n");
+    let _ = writeln!(
+        s,
+        "- Machine: {} ({} cores), commit `{}`, {}\n- Sweep: {}, thread counts {:?}, {} rows, wall time {:.0} s\n- Load average (1/5/15 min): {}",
+        info.cpu,
+        info.cores,
+        info.commit,
+        info.date,
+        if quick { "`--quick` (smoke test of the pipeline, not of the numbers)" } else { "default" },
+        threads,
+        rows.len(),
+        wall.as_secs_f64(),
+        info.loadavg
+    );
+    let _ = writeln!(
+        s,
+        "- Reproduce: `cargo run --release -p harness -- bench` (or `just bench`); gate: `cargo run --release -p harness -- bench check`.\n"
+    );
+    let _ = writeln!(s, "## Method\n");
+    let _ = writeln!(
+        s,
+        "Per scenario and thread count, the four programs (Main with XNNPACK's per-output tasks, StaticMean with per-output tasks and with the cost model, NhwcAware with the cost model) are checked once against the reference interpreter, warmed up (3 runs each), then run alternately on the same inputs, one run each per round with the starting program rotating. `ratio` is the median of the per-round ratios program / Main; the bracket is its distribution-free 95% interval (sign-test order statistics over the paired rounds); `~` marks \"within noise\" (the interval contains 1). Rows above {} threads are oversubscribed on this machine. A row stops after 2000 rounds or when its share of the time budget is spent (never below 5 rounds), so slow scenarios have fewer than 200 runs: see the `runs` column of the CSVs.\n",
+        info.cores
+    );
+    let _ = writeln!(
+        s,
+        "Noise: this machine has {} cores shared with other work during the sweep (the load average above); ratios come from paired rounds, which cancels slow drifts but not bursts that hit one program of a round, and thread counts above the core count measure scheduling as much as kernels. Treat single rows within ~10% of 1 with care.\n",
+        info.cores
+    );
+
+    let _ = writeln!(s, "## Findings\n");
+    let failed: Vec<&Row> = rows.iter().filter(|r| r.check != "ok").collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "- **{} rows failed their output check or did not run** (no timing):", failed.len());
+        for r in failed.iter().take(20) {
+            let _ = writeln!(s, "  - {} {} {} t{}: {}", r.program, r.mode, r.policy, r.threads, r.check);
+        }
+    }
+    for &t in &threads {
+        let gs = groups(rows, t);
+        let mut slower = Vec::new();
+        let mut faster = Vec::new();
+        let mut nhwc_gain = Vec::new();
+        for (k, g) in &gs {
+            let c = ratio(g.sm_pot);
+            match verdict(c) {
+                "slower" => slower.push((k, g, c)),
+                "faster" => faster.push((k, c)),
+                _ => {}
+            }
+            if let (Some(n), Some(sc)) = (ratio(g.nhwc), ratio(g.sm_cost)) {
+                if g.nhwc.map(|r| r.transposes) < g.sm_cost.map(|r| r.transposes) {
+                    nhwc_gain.push((
+                        k,
+                        n.0 / sc.0,
+                        g.sm_cost.map(|r| r.transposes).unwrap_or(0),
+                        g.nhwc.map(|r| r.transposes).unwrap_or(0),
+                    ));
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "- **{t} thread(s){}**: StaticMean (per-output tasks) is faster than Main in {} scenarios, slower in {}, within noise in {}.",
+            if t > info.cores { ", oversubscribed" } else { "" },
+            faster.len(),
+            slower.len(),
+            gs.len() - faster.len() - slower.len()
+        );
+        faster.sort_by(|a, b| a.1.map(|x| x.0).partial_cmp(&b.1.map(|x| x.0)).unwrap_or(std::cmp::Ordering::Equal));
+        if let Some((k, c)) = faster.first() {
+            let _ = writeln!(s, "  - largest gain: {} {} {}: {}", k.0, k.1, k.2, fmt_ci(*c));
+        }
+        for (k, g, c) in &slower {
+            let _ = writeln!(
+                s,
+                "  - after slower than before: {} {} {}: {}; why: {}",
+                k.0,
+                k.1,
+                k.2,
+                fmt_ci(*c),
+                why_slower(g, k, t, info.cores)
+            );
+        }
+        for (k, r, tf, tn) in &nhwc_gain {
+            let _ = writeln!(s, "  - NhwcAware removes copies in {} {} (transposes {tf} -> {tn}): {:.2}x the time of StaticMean (cost model)", k.0, k.1, r);
+        }
+    }
+
+    let _ = writeln!(s, "\n## Which of the change's findings this machine reproduces\n");
+    let _ = writeln!(s, "The change measured on an Apple M-series CPU at 16 threads unless said; here thread counts above {} are oversubscribed.\n", info.cores);
+    let _ = writeln!(s, "| finding of the change | there | here | verdict |\n|---|---|---|---|");
+    let mut claim = |what: &str, there: &str, here: String, v: String| {
+        let _ = writeln!(s, "| {what} | {there} | {here} | {v} |");
+    };
+    let pot = "per_output_tasks";
+    let cost = "cost_model";
+    let r = |sc: &str, sh: &str, dt: &str, mode: &str, pol: &str, t: usize| ratio(find(rows, sc, sh, dt, mode, pol, t));
+    {
+        let c = r("rmsnorm", "1x128x2048", "fp32", "static_mean", pot, 1);
+        claim(
+            "RMSNorm 1x128x2048 after faster than before at 1 thread",
+            "0.43-0.97x over shapes at 1 thread; 0.48x at 16",
+            fmt_ci(c),
+            repro(verdict(c), "faster"),
+        );
+        let t1: Vec<_> =
+            programs_shapes().into_iter().map(|sh| r("rmsnorm", &sh, "fp32", "static_mean", pot, 1)).collect();
+        let measured = t1.iter().filter(|c| c.is_some()).count();
+        let fast = t1.iter().filter(|c| verdict(**c) == "faster").count();
+        claim(
+            "every fp32 RMSNorm shape faster at 1 thread",
+            "10 of 10 (0.43-0.97x)",
+            format!("{fast} of {measured} faster"),
+            if measured == 0 {
+                "not measured".into()
+            } else if fast == measured {
+                "reproduced".into()
+            } else {
+                format!("partly ({fast}/{measured})")
+            },
+        );
+    }
+    for t in threads.iter().copied().filter(|&t| t >= 2) {
+        let small: Vec<String> = programs_shapes().into_iter().filter(|sh| small_multi("rmsnorm", sh)).collect();
+        let p: Vec<_> = small.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", pot, t)).collect();
+        let c: Vec<_> = small.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", cost, t)).collect();
+        let measured = p.iter().filter(|x| x.is_some()).count();
+        let ps = p.iter().filter(|x| verdict(**x) == "slower").count();
+        let cs = c.iter().filter(|x| verdict(**x) == "slower").count();
+        let range = |v: &[Option<(f64, f64, f64)>]| {
+            let xs: Vec<f64> = v.iter().flatten().map(|x| x.0).collect();
+            if xs.is_empty() {
+                "-".to_string()
+            } else {
+                format!(
+                    "{:.2}-{:.2}x",
+                    xs.iter().cloned().fold(f64::INFINITY, f64::min),
+                    xs.iter().cloned().fold(0.0, f64::max)
+                )
+            }
+        };
+        claim(
+            &format!("small multi-output RMSNorm (< 8K elements) slower with per-output tasks at {t} threads, not with the cost model"),
+            "1.19-1.55x at 4 threads, 3.7-5.7x at 16",
+            format!("per-output: {ps}/{measured} slower ({}); cost model: {cs}/{measured} slower ({})", range(&p), range(&c)),
+            if measured == 0 { "not measured".into() } else if ps == measured && cs == 0 { "reproduced".into() } else if ps > 0 && cs < ps { "partly".into() } else { "not reproduced".into() },
+        );
+    }
+    for t in threads.iter().copied() {
+        let c = r("mean_last", "1x128x128", "fp32", "static_mean", pot, t);
+        claim(
+            &format!("bare 1x128x128 mean at {t} thread(s)"),
+            "3.26x at 16, 1.14x at 4",
+            fmt_ci(c),
+            verdict(c).to_string(),
+        );
+    }
+    for (sc, there) in [
+        ("conv_sub_mean", "0.75x / 0.85x / 1.12x at 1 / 4 / 16 threads"),
+        ("conv_mean_conv", "0.54x / 0.70x / 0.90x at 1 / 4 / 16 threads"),
+    ] {
+        for t in threads.iter().copied() {
+            let c = r(sc, "1x96x56x56", "fp32", "static_mean", pot, t);
+            claim(
+                &format!("{sc} 96 ch 56x56, StaticMean vs Main at {t} thread(s)"),
+                there,
+                fmt_ci(c),
+                verdict(c).to_string(),
+            );
+        }
+        for t in threads.iter().copied() {
+            let (n, sm) = (
+                r(sc, "1x96x56x56", "fp32", "nhwc_aware", cost, t),
+                r(sc, "1x96x56x56", "fp32", "static_mean", cost, t),
+            );
+            let here = match (n, sm) {
+                (Some(n), Some(m)) => format!("NhwcAware {:.2}x vs StaticMean {:.2}x of Main", n.0, m.0),
+                _ => "not measured".into(),
+            };
+            let v = match (n, sm) {
+                (Some(n), Some(m)) if n.2 < m.1 => "reproduced (fewer copies, faster)".to_string(),
+                (Some(n), Some(m)) if n.1 > m.2 => "not reproduced (slower)".to_string(),
+                (Some(_), Some(_)) => "inconclusive (intervals overlap)".to_string(),
+                _ => "not measured".into(),
+            };
+            claim(
+                &format!("{sc}: the copies NhwcAware removes save time at {t} thread(s)"),
+                "follow-up the change left open (T 4 -> 2)",
+                here,
+                v,
+            );
+        }
+    }
+    for (sc, sh, there) in [
+        ("rmsnorm_linear", "1x32x512", "0.77x"),
+        ("mlp4_decode", "1x1x512", "0.99x"),
+        ("mlp4_prefill", "1x64x512", "0.80x"),
+        ("conv_mean_c", "1x96x56x56", "0.88x"),
+        ("qknorm", "8x64", "3.3x at 16 threads (11.8 -> 39.1 us)"),
+        ("qknorm", "16x128", "1.09x at 16 threads (222 -> 241 us)"),
+    ] {
+        for t in threads.iter().copied() {
+            let c = r(sc, sh, "fp32", "static_mean", pot, t);
+            claim(&format!("{sc} {sh} at {t} thread(s)"), there, fmt_ci(c), verdict(c).to_string());
+        }
+    }
+
+    for &t in &threads {
+        let _ = writeln!(s, "\n## {t} thread(s){}\n", if t > info.cores { " (oversubscribed)" } else { "" });
+        let _ = writeln!(s, "| scenario | shape | dtype | Main median us | StaticMean per-output | StaticMean cost model | NhwcAware | T main/sm/nhwc | runs |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        for (k, g) in groups(rows, t) {
+            let tr = |r: Option<&Row>| r.map(|r| r.transposes.to_string()).unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {}/{}/{} | {} |",
+                k.0,
+                k.1,
+                k.2,
+                us(g.main.and_then(|r| r.median_ns)),
+                cell(g.sm_pot),
+                cell(g.sm_cost),
+                cell(g.nhwc),
+                tr(g.main),
+                tr(g.sm_pot),
+                tr(g.nhwc),
+                g.main.map(|r| r.runs).unwrap_or(0)
+            );
+        }
+        let _ = writeln!(s, "\nPlot: `bench-t{t}.svg`.");
+    }
+    s
+}
+
+fn repro(v: &str, expected: &str) -> String {
+    match v {
+        x if x == expected => "reproduced".into(),
+        "within noise" => "inconclusive (within noise)".into(),
+        "not measured" => "not measured".into(),
+        other => format!("not reproduced ({other})"),
+    }
+}
+
+fn programs_shapes() -> Vec<String> {
+    crate::programs::RMSNORM_SHAPES
+        .iter()
+        .map(|s| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))
+        .collect()
+}
+
+/// An SVG plot of the ratios by scenario (log scale, 95% intervals as bars).
+pub fn plot(path: &Path, rows: &[&Row], threads: usize, info: &MachineInfo) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let owned: Vec<Row> = rows.iter().map(|r| (*r).clone()).collect();
+    let gs = groups(&owned, threads);
+    let n = gs.len().max(1);
+    let mut lo: f64 = 0.5;
+    let mut hi: f64 = 2.0;
+    for (_, g) in &gs {
+        for r in [g.sm_pot, g.sm_cost, g.nhwc].into_iter().flatten() {
+            if let (Some(l), Some(h)) = (r.ci_low, r.ci_high) {
+                lo = lo.min(l);
+                hi = hi.max(h);
+            }
+        }
+    }
+    let (lo, hi) = ((lo * 0.8).max(1e-3), (hi * 1.25).min(1e4));
+    let labels: Vec<String> = gs.iter().map(|(k, _)| format!("{} {} {}", k.0, k.1, k.2)).collect();
+    let height = 120 + 18 * n as u32;
+    let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let title = format!(
+        "ratio vs Main at {threads} thread(s){} - {}",
+        if threads > info.cores { " (oversubscribed)" } else { "" },
+        info.commit
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(300)
+        .build_cartesian_2d((lo..hi).log_scale(), -0.5f64..(n as f64 - 0.5))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .y_labels(n)
+        .y_label_formatter(&|y| {
+            let i = y.round();
+            if (y - i).abs() < 0.01 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("time / Main time (below 1 = faster than before), log scale, bars = 95% interval")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .draw_series(LineSeries::new(vec![(1.0, -0.5), (1.0, n as f64 - 0.5)], BLACK.stroke_width(1)))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let series: [(&str, RGBColor, f64); 3] = [
+        ("StaticMean, per-output tasks", RGBColor(214, 39, 40), -0.22),
+        ("StaticMean, cost model", RGBColor(31, 119, 180), 0.0),
+        ("NhwcAware, cost model", RGBColor(44, 160, 44), 0.22),
+    ];
+    for (si, (name, color, off)) in series.into_iter().enumerate() {
+        let pts: Vec<(f64, f64, f64, f64)> = gs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, g))| {
+                let r = [g.sm_pot, g.sm_cost, g.nhwc][si]?;
+                Some((
+                    r.ratio_vs_main?.clamp(lo, hi),
+                    i as f64 + off,
+                    r.ci_low?.clamp(lo, hi),
+                    r.ci_high?.clamp(lo, hi),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(pts.iter().map(|&(_, y, l, h)| PathElement::new(vec![(l, y), (h, y)], color.stroke_width(2))))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        chart
+            .draw_series(pts.iter().map(|&(x, y, _, _)| Circle::new((x, y), 3, color.filled())))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(name)
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
