@@ -8,4 +8,5 @@ pub mod fuzz;
 pub mod gate;
 pub mod inspect;
 pub mod mutants;
+pub mod programs;
 pub mod replay;
