@@ -16,7 +16,9 @@
 //! their node's spec only at the end.
 
 use crate::dtype::{round_f64, ElemType};
-use crate::graph::{mean_axes, normalize_dims, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op};
+use crate::graph::{
+    mean_axes, normalize_dims, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op, TensorSpec,
+};
 use crate::tensor::{Tensor, TensorData};
 
 /// Why a graph could not be run. Both wrap the [`GraphError`] naming the node and the reason.
@@ -48,6 +50,19 @@ impl EvalError {
 /// Runs `graph` on `inputs` (one tensor per graph input, in order). Returns one tensor per
 /// graph output, laid out in the memory format of its node's spec.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
+    let (vals, specs) = eval_nodes(graph, inputs)?;
+    Ok(graph.outputs.iter().map(|&o| vals[o].to_format(specs[o].format)).collect())
+}
+
+/// Like [`run`], but returns the value of every node (index = node id), each in the memory
+/// format of its spec: for locating the first node where another engine diverges.
+pub fn run_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
+    let (vals, specs) = eval_nodes(graph, inputs)?;
+    Ok(vals.iter().zip(&specs).map(|(v, s)| v.to_format(s.format)).collect())
+}
+
+/// Every node's value in contiguous order, with the concrete specs.
+fn eval_nodes(graph: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<TensorSpec>), EvalError> {
     graph.validate().map_err(EvalError::InvalidGraph)?;
     graph.check_inputs(inputs).map_err(EvalError::BadInput)?;
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.clone()).collect();
@@ -132,7 +147,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
         }
         vals.push(out);
     }
-    Ok(graph.outputs.iter().map(|&o| vals[o].to_format(specs[o].format)).collect())
+    Ok((vals, specs))
 }
 
 /// Row-major strides of a logical shape.

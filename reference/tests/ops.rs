@@ -480,3 +480,91 @@ fn invalid_graphs_are_rejected_before_running() {
         matches!(e, EvalError::InvalidGraph(ge) if matches!(ge.kind, GraphErrorKind::WrongInputCount { found: 0, .. }))
     );
 }
+
+/// Every float -> float `to_copy` pair, checked against `half`'s own f32 -> fp16/bf16
+/// conversions (a single correct rounding from f32; every source value here is an f32).
+#[test]
+fn to_copy_every_float_pair_matches_half() {
+    let xs = [0.1, 1.0 / 3.0, -65519.0, 70000.0, 1e-6, -3e-8, 2.5e-40, 1.0 + 2f64.powi(-11), -0.0, f64::INFINITY];
+    for from in FLOATS {
+        let src = tensor(from, &[xs.len()], &xs);
+        for to in FLOATS {
+            let y = run_unary(from, &xs, |g, x| g.to_dtype(x, to));
+            assert_eq!(y.dtype(), to);
+            for (i, v) in src.values_f64().into_iter().enumerate() {
+                let v32 = v as f32; // exact: every fp16/bf16/f32 value is an f32
+                let want = match to {
+                    ElemType::F32 => v32.to_bits(),
+                    ElemType::F16 => half::f16::from_f32(v32).to_bits() as u32,
+                    _ => half::bf16::from_f32(v32).to_bits() as u32,
+                };
+                assert_eq!(y.data.bits(i), want, "{from} -> {to} of {v:e}");
+            }
+        }
+    }
+}
+
+mod per_op_rounding {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any finite or special value of the dtype, as f64.
+    fn value(dt: ElemType) -> impl Strategy<Value = f64> {
+        any::<u32>().prop_map(move |b| match dt {
+            ElemType::F32 => f32::from_bits(b) as f64,
+            ElemType::F16 => half::f16::from_bits(b as u16).to_f64(),
+            _ => half::bf16::from_bits(b as u16).to_f64(),
+        })
+    }
+
+    fn case() -> impl Strategy<Value = (ElemType, Vec<f64>, Vec<f64>)> {
+        prop::sample::select(FLOATS.to_vec())
+            .prop_flat_map(|dt| (Just(dt), prop::collection::vec(value(dt), 16), prop::collection::vec(value(dt), 16)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// add/sub/mul/div round once per op: equal to the native f32 op (correctly rounded),
+        /// and for fp16/bf16 to the f32 op rounded by `half` (f32 has more than 2p + 2 bits, so
+        /// that double rounding is innocuous). An independent check of f64-then-round.
+        #[test]
+        fn binary_ops_match_native_arithmetic((dt, a, b) in case()) {
+            use reference::graph::BinaryOp::*;
+            for (op, f) in [(Add, (|x, y| x + y) as fn(f32, f32) -> f32), (Sub, |x, y| x - y), (Mul, |x, y| x * y), (Div, |x, y| x / y)] {
+                let y = run_binary(op, dt, (&[16], &a), (&[16], &b));
+                for i in 0..16 {
+                    let r = f(a[i] as f32, b[i] as f32);
+                    let want = match dt {
+                        ElemType::F32 => r.to_bits(),
+                        ElemType::F16 => half::f16::from_f32(r).to_bits() as u32,
+                        _ => half::bf16::from_f32(r).to_bits() as u32,
+                    };
+                    let got = y.data.bits(i);
+                    if r.is_nan() {
+                        prop_assert!(y.data.get_f64(i).is_nan());
+                    } else {
+                        prop_assert_eq!(got, want, "{:?} {} {:e} {:e}", op, dt, a[i], b[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn run_all_gives_every_node_in_its_format() {
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 2, 1, 2]).channels_last());
+    let y = g.add(x, x);
+    let m = g.mean(y, &[1], false);
+    let graph = g.finish(&[m]).unwrap();
+    let xin = tensor(ElemType::F32, &[1, 2, 1, 2], &[1.0, 2.0, 3.0, 4.0]).to_format(MemoryFormat::ChannelsLast);
+    let all = reference::eval::run_all(&graph, &[xin.clone()]).unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0], xin);
+    assert_eq!(all[1].format, MemoryFormat::ChannelsLast);
+    assert_eq!(all[1].values_f64(), vec![2.0, 4.0, 6.0, 8.0]);
+    assert_eq!(all[2].values_f64(), vec![4.0, 6.0]);
+    assert_eq!(all[2], run(&graph, &[xin]).unwrap()[0]);
+}
