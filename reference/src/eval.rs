@@ -181,23 +181,46 @@ fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
     out
 }
 
-/// Compensated (Neumaier) f64 sum. Starts from -0.0, the IEEE additive identity, so a sum
-/// of negative zeros stays -0.0. Non-finite inputs take the plain IEEE sum (inf, NaN).
+/// Compensated f64 accumulator: Knuth's branch-free TwoSum keeps the exact rounding error of
+/// every addition, so the result is the exact sum to about one f64 ulp. Starts from -0.0, the
+/// IEEE additive identity, so a sum of negative zeros stays -0.0. Once a non-finite value is
+/// met, the plain IEEE sum (inf, or NaN for NaN and inf - inf) is the answer.
+#[derive(Clone, Copy)]
+struct Acc {
+    s: f64,
+    c: f64,
+    plain: f64,
+}
+
+impl Acc {
+    fn new() -> Acc {
+        Acc { s: -0.0, c: 0.0, plain: -0.0 }
+    }
+
+    #[inline]
+    fn add(&mut self, x: f64) {
+        self.plain += x;
+        let t = self.s + x;
+        let bp = t - self.s;
+        self.c += (self.s - (t - bp)) + (x - bp);
+        self.s = t;
+    }
+
+    fn value(self) -> f64 {
+        if !self.plain.is_finite() {
+            self.plain
+        } else if self.c == 0.0 {
+            self.s
+        } else {
+            self.s + self.c
+        }
+    }
+}
+
 fn sum(terms: impl IntoIterator<Item = f64>) -> f64 {
-    let (mut s, mut c, mut plain) = (-0.0f64, 0.0f64, -0.0f64);
-    for x in terms {
-        plain += x;
-        let t = s + x;
-        c += if s.abs() >= x.abs() { (s - t) + x } else { (x - t) + s };
-        s = t;
-    }
-    if !plain.is_finite() {
-        plain
-    } else if c == 0.0 {
-        s
-    } else {
-        s + c
-    }
+    let mut acc = Acc::new();
+    terms.into_iter().for_each(|x| acc.add(x));
+    acc.value()
 }
 
 /// Applies `f` to every value in f64 and rounds once to `dtype`.
@@ -276,31 +299,36 @@ fn conv2d(
     let (cg, kh, kw) = (w.shape[1], w.shape[2], w.shape[3]);
     let (n, o, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
     let og = o / p.groups;
+    // Kernel taps that land inside the input along one axis, for output position `pos`:
+    // (kernel index, input index). Padding positions are simply absent.
+    let taps = |pos: usize, k: usize, len: usize, ker: usize| -> Vec<(usize, usize)> {
+        (0..ker)
+            .filter_map(|i| (pos * p.stride[k] + i * p.dilation[k]).checked_sub(p.padding[k]).map(|v| (i, v)))
+            .filter(|&(_, v)| v < len)
+            .collect()
+    };
+    let rows: Vec<_> = (0..oh).map(|y| taps(y, 0, h, kh)).collect();
+    let cols: Vec<_> = (0..ow).map(|x| taps(x, 1, wd, kw)).collect();
     let mut out = Vec::with_capacity(n * o * oh * ow);
-    let mut terms = Vec::with_capacity(cg * kh * kw + 1);
     for ni in 0..n {
         for oi in 0..o {
             let g = oi / og;
-            for y in 0..oh {
-                for xo in 0..ow {
-                    terms.clear();
+            for row in &rows {
+                for col in &cols {
+                    let mut acc = Acc::new();
                     for ci in 0..cg {
-                        for i in 0..kh {
-                            let iy = (y * p.stride[0] + i * p.dilation[0]).checked_sub(p.padding[0]);
-                            let Some(iy) = iy.filter(|&v| v < h) else { continue };
-                            for j in 0..kw {
-                                let ix = (xo * p.stride[1] + j * p.dilation[1]).checked_sub(p.padding[1]);
-                                let Some(ix) = ix.filter(|&v| v < wd) else { continue };
-                                let xi = ((ni * c + g * cg + ci) * h + iy) * wd + ix;
-                                let wi = ((oi * cg + ci) * kh + i) * kw + j;
-                                terms.push(xv[xi] * wv[wi]);
+                        let xc = &xv[(ni * c + g * cg + ci) * h * wd..][..h * wd];
+                        let wc = &wv[(oi * cg + ci) * kh * kw..][..kh * kw];
+                        for &(i, iy) in row {
+                            for &(j, ix) in col {
+                                acc.add(xc[iy * wd + ix] * wc[i * kw + j]);
                             }
                         }
                     }
                     if let Some(bv) = &bv {
-                        terms.push(bv[oi]);
+                        acc.add(bv[oi]);
                     }
-                    out.push(sum(terms.iter().copied()));
+                    out.push(acc.value());
                 }
             }
         }
