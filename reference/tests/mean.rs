@@ -65,6 +65,12 @@ fn values_hand_computed_in_every_float_dtype() {
     // running sum would lose both ones (ties to even) and give 512.
     let x = tensor(ElemType::F16, &[4], &[2048.0, 1.0, 1.0, 0.0]);
     assert_eq!(mean_of(&x, &[0], false, None).values_f64(), vec![512.5]);
+    // Compensated accumulation: 2^60 + 1 - 2^60 is exactly 1 (a plain f64 sum loses the 1).
+    for dt in [ElemType::F32, ElemType::Bf16] {
+        let x = tensor(dt, &[3], &[2f64.powi(60), 1.0, -(2f64.powi(60))]);
+        let m = mean_of(&x, &[0], false, None);
+        assert_eq!(m.values_f64(), vec![reference::dtype::round_f64(dt, 1.0 / 3.0)], "{dt}");
+    }
     // No intermediate overflow: the mean of two fp16 maxima is the maximum.
     let x = tensor(ElemType::F16, &[2], &[65504.0, 65504.0]);
     assert_eq!(mean_of(&x, &[0], false, None).values_f64(), vec![65504.0]);
