@@ -5,10 +5,11 @@
 //! its output type (round to nearest, ties to even; see [`crate::dtype`]). fp16/bf16 results
 //! are therefore rounded once per op, as PyTorch eager does per op.
 //!
-//! Sums (mean, conv, linear) use Neumaier-compensated f64 accumulation: products of two
+//! Sums (mean, conv, linear) use compensated (TwoSum) f64 accumulation: products of two
 //! f32/f16/bf16 values are exact in f64, and the compensated sum is accurate to about one
 //! f64 ulp of the result, far below an f32 ulp, so the final rounding is the only one that
-//! matters except at (astronomically rare) near-ties. Infinities and NaN propagate as in IEEE
+//! matters except at (astronomically rare) near-ties. A mean is that sum divided by the
+//! count in f64, then rounded once. Infinities and NaN propagate as in IEEE
 //! arithmetic (a NaN anywhere in a reduced set makes the result NaN; +inf and -inf give NaN).
 //!
 //! Values live internally in contiguous (logical row-major) order; a memory format changes
