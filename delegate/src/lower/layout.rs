@@ -1,0 +1,668 @@
+//! ExecuTorch's `ChannelsLastTaggedReshapePass` and `RemoveRedundantCopyPass`, run on one
+//! delegate's subgraph ([`PGraph`]).
+//!
+//! Tags: `Some(true)` = NHWC, `Some(false)` = explicitly NCHW, `None` = NCHW. Ops needing
+//! NHWC (conv, GAP) get their first input converted and tag their output NHWC; ops needing
+//! NCHW (linear, reshape, a non-GAP mean) get every input converted; a memory-format
+//! `_to_copy` is tagged from its target format; every other op follows the converge rule.
+//! Layout changes are `_to_copy` nodes (later `XNNStaticTranspose`), reused through
+//! partners, wrapped in implicit q/dq around quantized values.
+
+use super::partition::{is_gap, Partition, Plan};
+use super::{LowerError, LowerOptions};
+use crate::program::SlotId;
+use crate::LoweringMode;
+use reference::graph::{mean_axes, BinaryOp, Graph, NodeId, Op, TensorSpec};
+use reference::{ElemType, MemoryFormat, QuantParams};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    /// External input `ext` of the delegate (program slot `slot`).
+    Placeholder { ext: usize, slot: SlotId, node: NodeId },
+    /// A graph constant lifted into the delegate.
+    Param { node: NodeId },
+    /// A graph op claimed by the partitioner.
+    Op { node: NodeId },
+    /// A memory-format `_to_copy` inserted by the pass.
+    Copy { nhwc: bool },
+    /// A quantize inserted around a quantized copy (always implicit).
+    Quant(QuantParams),
+    /// A dequantize inserted around a quantized copy.
+    Dequant(QuantParams),
+}
+
+#[derive(Clone, Debug)]
+pub struct PNode {
+    pub kind: Kind,
+    pub inputs: Vec<usize>,
+    /// Logical (NCHW-order) shape, dtype and quant params; `format` is the eager format.
+    pub spec: TensorSpec,
+    pub tag: Option<bool>,
+    /// An implicit q/dq: serialized as nothing, its value is its input's.
+    pub implicit: bool,
+    pub alive: bool,
+    pub partner: Option<usize>,
+    /// NhwcAware: a non-GAP mean reading its NHWC input directly with remapped axes.
+    pub nhwc_mean: bool,
+    pub debug_handle: u32,
+}
+
+/// Where a rewired value is read: a node, or the delegate's output tuple.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    Node(usize),
+    Output,
+}
+
+/// One delegate's subgraph, as the layout pass and the visitors see it.
+#[derive(Clone, Debug)]
+pub struct PGraph {
+    pub nodes: Vec<PNode>,
+    /// Graph order (params, placeholders, then ops; inserted nodes right after their input).
+    pub order: Vec<usize>,
+    /// The output tuple.
+    pub outputs: Vec<usize>,
+    pub num_inputs: usize,
+    pub mode: LoweringMode,
+}
+
+pub(crate) fn ambiguous(spec: &TensorSpec) -> bool {
+    spec.rank() == 4 && (spec.shape[1].size == 1 || (spec.shape[2].size == 1 && spec.shape[3].size == 1))
+}
+
+/// `_is_nhwc_tensor`: channels_last and not also contiguous.
+pub(crate) fn eager_nhwc(spec: &TensorSpec) -> bool {
+    spec.format == MemoryFormat::ChannelsLast && spec.rank() == 4 && !ambiguous(spec)
+}
+
+fn mutant(_m: &str) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        use crate::mutants::{is_active, Mutant};
+        return match _m {
+            "look_through" => is_active(Mutant::LookThroughRankSlice),
+            "gap_as_static" => is_active(Mutant::GapAsStaticMean),
+            "nhwc_into_static" => is_active(Mutant::NhwcIntoStaticMean),
+            "gap_rank_from_input" => is_active(Mutant::GapRankFromInput),
+            _ => false,
+        };
+    }
+    #[allow(unreachable_code)]
+    false
+}
+
+impl PGraph {
+    /// The subgraph of one partition: lifted constants, placeholders in first-use order,
+    /// then the member ops in graph order.
+    pub fn build(g: &Graph, plan: &Plan, p: &Partition, slots: &[SlotId]) -> Result<PGraph, LowerError> {
+        let mut pg =
+            PGraph { nodes: Vec::new(), order: Vec::new(), outputs: Vec::new(), num_inputs: 0, mode: plan.mode };
+        let mut map: BTreeMap<NodeId, usize> = BTreeMap::new();
+        let member: std::collections::BTreeSet<NodeId> = p.nodes.iter().copied().collect();
+        for &m in &p.nodes {
+            for &i in &g.nodes[m].inputs {
+                if !member.contains(&i) && matches!(g.nodes[i].op, Op::Constant { .. }) && !map.contains_key(&i) {
+                    let k = pg.push(Kind::Param { node: i }, vec![], g.nodes[i].spec.clone(), 0);
+                    pg.order.push(k);
+                    map.insert(i, k);
+                }
+            }
+        }
+        for (ext, (&i, &slot)) in p.inputs.iter().zip(slots).enumerate() {
+            let k = pg.push(Kind::Placeholder { ext, slot, node: i }, vec![], g.nodes[i].spec.clone(), 0);
+            pg.order.push(k);
+            map.insert(i, k);
+        }
+        pg.num_inputs = p.inputs.len();
+        for &m in &p.nodes {
+            let ins = g.nodes[m]
+                .inputs
+                .iter()
+                .map(|i| {
+                    map.get(i)
+                        .copied()
+                        .ok_or_else(|| LowerError::Internal { reason: format!("partition input {i} not mapped") })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let k = pg.push(Kind::Op { node: m }, ins, g.nodes[m].spec.clone(), plan.debug_handle[m]);
+            pg.nodes[k].implicit = plan.implicit[m];
+            pg.order.push(k);
+            map.insert(m, k);
+        }
+        pg.outputs = p
+            .outputs
+            .iter()
+            .map(|o| {
+                map.get(o).copied().ok_or_else(|| LowerError::Internal { reason: format!("output {o} not mapped") })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(pg)
+    }
+
+    fn push(&mut self, kind: Kind, inputs: Vec<usize>, spec: TensorSpec, debug_handle: u32) -> usize {
+        self.nodes.push(PNode {
+            kind,
+            inputs,
+            spec,
+            tag: None,
+            implicit: false,
+            alive: true,
+            partner: None,
+            nhwc_mean: false,
+            debug_handle,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn insert_after(&mut self, after: usize, node: usize) {
+        let pos = self.order.iter().position(|&x| x == after).map_or(self.order.len(), |p| p + 1);
+        self.order.insert(pos, node);
+    }
+
+    /// The graph op of a node (`None` for placeholders, params and inserted nodes).
+    pub fn op<'g>(&self, i: usize, g: &'g Graph) -> Option<&'g Op> {
+        match self.nodes[i].kind {
+            Kind::Op { node } => Some(&g.nodes[node].op),
+            _ => None,
+        }
+    }
+
+    pub fn graph_node(&self, i: usize) -> Option<NodeId> {
+        match self.nodes[i].kind {
+            Kind::Op { node } | Kind::Param { node } | Kind::Placeholder { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
+    pub fn is_quant(&self, i: usize, g: &Graph) -> bool {
+        matches!(self.nodes[i].kind, Kind::Quant(_)) || matches!(self.op(i, g), Some(Op::Quantize(_)))
+    }
+
+    pub fn is_dequant(&self, i: usize, g: &Graph) -> bool {
+        matches!(self.nodes[i].kind, Kind::Dequant(_)) || matches!(self.op(i, g), Some(Op::Dequantize(_)))
+    }
+
+    pub fn qparams(&self, i: usize, g: &Graph) -> Option<QuantParams> {
+        match (&self.nodes[i].kind, self.op(i, g)) {
+            (Kind::Quant(q) | Kind::Dequant(q), _) => Some(*q),
+            (_, Some(Op::Quantize(q) | Op::Dequantize(q))) => Some(*q),
+            _ => None,
+        }
+    }
+
+    pub fn is_param(&self, i: usize) -> bool {
+        matches!(self.nodes[i].kind, Kind::Param { .. })
+    }
+
+    pub fn is_placeholder(&self, i: usize) -> bool {
+        matches!(self.nodes[i].kind, Kind::Placeholder { .. } | Kind::Param { .. })
+    }
+
+    /// A memory-format `_to_copy` (inserted, or the user's with an unchanged dtype).
+    pub fn is_format_copy(&self, i: usize, g: &Graph) -> bool {
+        match self.nodes[i].kind {
+            Kind::Copy { .. } => true,
+            Kind::Op { node } => {
+                matches!(g.nodes[node].op, Op::ToCopy { .. })
+                    && self.nodes[i]
+                        .inputs
+                        .first()
+                        .is_some_and(|&x| self.nodes[x].spec.dtype == self.nodes[i].spec.dtype)
+            }
+            _ => false,
+        }
+    }
+
+    /// Distinct input nodes (`all_input_nodes`).
+    pub fn input_nodes(&self, i: usize) -> Vec<usize> {
+        let mut v = Vec::new();
+        for &x in &self.nodes[i].inputs {
+            if !v.contains(&x) {
+                v.push(x);
+            }
+        }
+        v
+    }
+
+    /// Number of distinct users (the output tuple counts once).
+    pub fn num_users(&self, i: usize) -> usize {
+        let nodes = self.nodes.iter().filter(|n| n.alive && n.inputs.contains(&i)).count();
+        nodes + usize::from(self.outputs.contains(&i))
+    }
+
+    fn replace_input(&mut self, target: Target, old: usize, new: usize) {
+        match target {
+            Target::Node(t) => {
+                for x in &mut self.nodes[t].inputs {
+                    if *x == old {
+                        *x = new;
+                    }
+                }
+            }
+            Target::Output => {
+                for x in &mut self.outputs {
+                    if *x == old {
+                        *x = new;
+                    }
+                }
+            }
+        }
+    }
+
+    fn replace_all_uses(&mut self, old: usize, new: usize) {
+        for k in 0..self.nodes.len() {
+            if self.nodes[k].alive {
+                self.replace_input(Target::Node(k), old, new);
+            }
+        }
+        self.replace_input(Target::Output, old, new);
+    }
+
+    fn remove_if_unused(&mut self, i: usize) {
+        if self.nodes[i].alive && self.num_users(i) == 0 {
+            self.nodes[i].alive = false;
+            self.order.retain(|&x| x != i);
+        }
+    }
+
+    /// `is_nhwc_node`, with the q/dq look-through reading the tag of the node it looks
+    /// through to (the fixed behaviour).
+    pub fn is_nhwc(&self, i: usize, g: &Graph) -> bool {
+        if self.is_dequant(i, g) {
+            if let Some(&q) = self.nodes[i].inputs.first() {
+                if let Some(&a) = self.nodes[q].inputs.first() {
+                    if self.is_placeholder(a) && mutant("look_through") {
+                        // ExecuTorch's old `meta["val"][0]`: a 3-D slice is never channels_last.
+                        return false;
+                    }
+                    return self.nodes[a].tag == Some(true);
+                }
+            }
+        }
+        self.nodes[i].tag == Some(true)
+    }
+
+    /// Follows implicit q/dq nodes to the node whose value they forward.
+    pub fn resolve(&self, mut i: usize, g: &Graph) -> usize {
+        let mut guard = 0;
+        while self.nodes[i].implicit && (self.is_quant(i, g) || self.is_dequant(i, g)) && guard < self.nodes.len() {
+            match self.nodes[i].inputs.first() {
+                Some(&x) => i = x,
+                None => break,
+            }
+            guard += 1;
+        }
+        i
+    }
+
+    fn can_be_nhwc(&self, i: usize, g: &Graph) -> bool {
+        let pinned_nchw = self.is_param(i) && self.nodes[i].tag.is_some() && !self.is_nhwc(i, g);
+        self.nodes[i].spec.rank() == 4 && !pinned_nchw
+    }
+}
+
+/// Layout class of a node for the main loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Class {
+    Nhwc,
+    Nchw,
+    FormatCopy,
+    /// NhwcAware: a non-GAP mean reading an NHWC input in place.
+    NhwcMean {
+        keep: bool,
+    },
+    Agnostic,
+}
+
+/// Whether a mean over `axes` of an NHWC [N,H,W,C] tensor without keepdim leaves the
+/// kept dims in NCHW order (then its output is plain NCHW with no copy).
+pub(crate) fn kept_order_preserved(axes: &[usize]) -> bool {
+    let kept_phys: Vec<usize> = [0usize, 2, 3, 1].into_iter().filter(|d| !axes.contains(d)).collect();
+    kept_phys.windows(2).all(|w| w[0] < w[1])
+}
+
+/// Whether the pass treats this mean as GAP (reads the rank from the mean's own output;
+/// the `GapRankFromInput` mutant reads it from the input, which for an inserted node
+/// has no shape: ExecuTorch's KeyError).
+fn gap_in_pass(pg: &PGraph, i: usize, g: &Graph) -> Result<bool, LowerError> {
+    let Some(op) = pg.op(i, g) else { return Ok(false) };
+    if mutant("gap_rank_from_input") {
+        if let Some(&x) = pg.nodes[i].inputs.first() {
+            if matches!(pg.nodes[x].kind, Kind::Copy { .. } | Kind::Quant(_) | Kind::Dequant(_)) {
+                return Err(LowerError::Internal {
+                    reason: "mean input has no shape metadata (KeyError 'val')".into(),
+                });
+            }
+        }
+    }
+    Ok(is_gap(op, &pg.nodes[i].spec) && !mutant("gap_as_static"))
+}
+
+fn class(pg: &PGraph, i: usize, g: &Graph) -> Result<Class, LowerError> {
+    let n = &pg.nodes[i];
+    if let Kind::Copy { .. } = n.kind {
+        return Ok(Class::FormatCopy);
+    }
+    let Some(op) = pg.op(i, g) else { return Ok(Class::Agnostic) };
+    Ok(match op {
+        Op::Conv2d(_) => Class::Nhwc,
+        Op::Mean { dims, keepdim, .. } => {
+            if gap_in_pass(pg, i, g)? {
+                Class::Nhwc
+            } else if mutant("nhwc_into_static") {
+                Class::Agnostic
+            } else {
+                let x = n.inputs[0];
+                let xs = &pg.nodes[x].spec;
+                let axes = mean_axes(dims, xs.rank()).unwrap_or_default();
+                if pg.mode == LoweringMode::NhwcAware
+                    && xs.rank() == 4
+                    && pg.is_nhwc(x, g)
+                    && (*keepdim || kept_order_preserved(&axes))
+                {
+                    Class::NhwcMean { keep: *keepdim }
+                } else {
+                    Class::Nchw
+                }
+            }
+        }
+        Op::Linear | Op::Reshape { .. } => Class::Nchw,
+        Op::ToCopy { .. } if pg.is_format_copy(i, g) => Class::FormatCopy,
+        _ => Class::Agnostic,
+    })
+}
+
+/// Runs the layout pass, the binary re-converge and the redundant-copy removal.
+pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), LowerError> {
+    let snapshot = pg.order.clone();
+    for &i in &snapshot {
+        if !pg.nodes[i].alive {
+            continue;
+        }
+        if pg.nodes[i].inputs.is_empty() {
+            if pg.nodes[i].spec.rank() == 4 {
+                pg.nodes[i].tag = Some(eager_nhwc(&pg.nodes[i].spec));
+            }
+            continue;
+        }
+        match class(pg, i, g)? {
+            Class::Nhwc => {
+                let x = pg.nodes[i].inputs[0];
+                input_to_nhwc(pg, g, x, Target::Node(i))?;
+                pg.nodes[i].tag = Some(true);
+            }
+            Class::Nchw => {
+                for x in pg.input_nodes(i) {
+                    input_to_nchw(pg, g, x, Target::Node(i))?;
+                }
+            }
+            Class::FormatCopy => {
+                let nhwc = match pg.nodes[i].kind {
+                    Kind::Copy { nhwc } => nhwc,
+                    _ => pg.nodes[i].spec.format == MemoryFormat::ChannelsLast,
+                };
+                pg.nodes[i].tag = Some(nhwc);
+            }
+            Class::NhwcMean { keep } => {
+                pg.nodes[i].nhwc_mean = true;
+                pg.nodes[i].tag = if keep { Some(true) } else { None };
+            }
+            Class::Agnostic => converge(pg, g, i, false)?,
+        }
+    }
+    let outs = pg.outputs.clone();
+    for o in outs {
+        if eager_nhwc(&pg.nodes[o].spec) {
+            input_to_nhwc(pg, g, o, Target::Output)?;
+        } else {
+            input_to_nchw(pg, g, o, Target::Output)?;
+        }
+    }
+    for n in &mut pg.nodes {
+        n.partner = None;
+    }
+    // Re-converge binary ops whose operands ended up in different layouts.
+    let order = pg.order.clone();
+    for &i in &order {
+        if !pg.nodes[i].alive || !matches!(pg.op(i, g), Some(Op::Binary(_))) {
+            continue;
+        }
+        let ins = pg.input_nodes(i);
+        if ins.len() == 2 && pg.is_nhwc(ins[0], g) != pg.is_nhwc(ins[1], g) {
+            converge(pg, g, i, true)?;
+        }
+    }
+    remove_redundant_copies(pg, g);
+    Ok(())
+}
+
+fn converge(pg: &mut PGraph, g: &Graph, i: usize, recheck: bool) -> Result<(), LowerError> {
+    let ins = pg.input_nodes(i);
+    let flags: Vec<bool> = ins.iter().map(|&x| pg.is_nhwc(x, g)).collect();
+    if flags.iter().all(|&f| f) {
+        pg.nodes[i].tag = Some(true);
+    } else if flags.iter().any(|&f| f) {
+        if ins.iter().all(|&x| pg.can_be_nhwc(x, g)) {
+            for &x in &ins {
+                input_to_nhwc(pg, g, x, Target::Node(i))?;
+            }
+            pg.nodes[i].tag = Some(true);
+        } else {
+            for &x in &ins {
+                input_to_nchw(pg, g, x, Target::Node(i))?;
+            }
+            if recheck {
+                pg.nodes[i].tag = Some(false);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A constant already pinned to the other layout: ExecuTorch asserts; we give this use
+/// its own copy of the constant, pinned to the layout it needs (bytes permuted at
+/// serialization, never a runtime copy).
+fn clone_param(pg: &mut PGraph, x: usize, target: Target, nhwc: bool) {
+    let mut n = pg.nodes[x].clone();
+    n.tag = Some(nhwc);
+    n.partner = None;
+    pg.nodes.push(n);
+    let k = pg.nodes.len() - 1;
+    pg.insert_after(x, k);
+    pg.replace_input(target, x, k);
+}
+
+fn node_id_for_error(pg: &PGraph, i: usize) -> NodeId {
+    pg.graph_node(i).unwrap_or(usize::MAX)
+}
+
+fn input_to_nhwc(pg: &mut PGraph, g: &Graph, x: usize, target: Target) -> Result<(), LowerError> {
+    if pg.is_param(x) {
+        if pg.nodes[x].tag == Some(false) {
+            if pg.nodes[x].spec.rank() != 4 {
+                return Err(LowerError::InternalLayout {
+                    node: node_id_for_error(pg, x),
+                    reason: "a non-4-D constant cannot be made NHWC".into(),
+                });
+            }
+            clone_param(pg, x, target, true);
+            return Ok(());
+        }
+        pg.nodes[x].tag = Some(true);
+        return Ok(());
+    }
+    if pg.is_placeholder(x) {
+        if eager_nhwc(&pg.nodes[x].spec) {
+            return Ok(());
+        }
+    } else if pg.is_nhwc(x, g) {
+        return Ok(());
+    }
+    if !pg.can_be_nhwc(x, g) {
+        return Err(LowerError::InternalLayout {
+            node: node_id_for_error(pg, x),
+            reason: format!("a rank-{} value cannot be converted to NHWC", pg.nodes[x].spec.rank()),
+        });
+    }
+    let copy = match pg.nodes[x].partner {
+        Some(p) => p,
+        None => new_copy(pg, x, true),
+    };
+    insert_copy(pg, g, x, copy, target);
+    Ok(())
+}
+
+fn input_to_nchw(pg: &mut PGraph, g: &Graph, x: usize, target: Target) -> Result<(), LowerError> {
+    if pg.is_param(x) {
+        if pg.nodes[x].tag == Some(true) {
+            clone_param(pg, x, target, false);
+            return Ok(());
+        }
+        pg.nodes[x].tag = Some(false);
+        return Ok(());
+    }
+    if pg.is_placeholder(x) {
+        if !eager_nhwc(&pg.nodes[x].spec) {
+            return Ok(());
+        }
+    } else if !pg.is_nhwc(x, g) {
+        return Ok(());
+    }
+    let copy = match pg.nodes[x].partner {
+        Some(p) => p,
+        None => new_copy(pg, x, false),
+    };
+    insert_copy(pg, g, x, copy, target);
+    Ok(())
+}
+
+fn new_copy(pg: &mut PGraph, x: usize, nhwc: bool) -> usize {
+    let spec = pg.nodes[x].spec.clone();
+    let k = pg.push(Kind::Copy { nhwc }, vec![x], spec, crate::xnn::DEFAULT_DEBUG_HANDLE);
+    pg.nodes[k].tag = Some(nhwc);
+    pg.insert_after(x, k);
+    k
+}
+
+/// `insert_copy_and_assign_partner_nodes_quantization_sensitive`.
+fn insert_copy(pg: &mut PGraph, g: &Graph, x: usize, copy: usize, target: Target) {
+    let qp = pg.qparams(x, g);
+    let tag = pg.nodes[copy].tag;
+    let handle = crate::xnn::DEFAULT_DEBUG_HANDLE;
+    if let (true, Some(qp)) = (pg.is_dequant(x, g), qp) {
+        // dq_old -> copy -> q_new -> dq_new; every user of dq_old moves to dq_new.
+        let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.clone() };
+        let q = pg.push(Kind::Quant(qp), vec![copy], qspec, handle);
+        pg.nodes[q].tag = tag;
+        pg.nodes[q].implicit = true;
+        pg.insert_after(copy, q);
+        let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.clone() };
+        let dq = pg.push(Kind::Dequant(qp), vec![q], dspec, handle);
+        pg.nodes[dq].tag = tag;
+        pg.insert_after(q, dq);
+        if pg.nodes[x].implicit {
+            pg.nodes[dq].implicit = true;
+        }
+        pg.nodes[x].implicit = true;
+        pg.replace_all_uses(x, dq);
+        pg.replace_input(Target::Node(copy), dq, x);
+    } else if let (true, Some(qp)) = (pg.is_quant(x, g), qp) {
+        // q_old -> dq_new -> copy -> q_new -> target, both new nodes implicit.
+        let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[x].spec.clone() };
+        let dq = pg.push(Kind::Dequant(qp), vec![x], dspec, handle);
+        pg.nodes[dq].tag = pg.nodes[x].tag;
+        pg.nodes[dq].implicit = true;
+        pg.insert_after(x, dq);
+        let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.clone() };
+        let q = pg.push(Kind::Quant(qp), vec![copy], qspec, handle);
+        pg.nodes[q].tag = tag;
+        pg.nodes[q].implicit = true;
+        pg.insert_after(copy, q);
+        pg.nodes[copy].spec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.clone() };
+        pg.replace_input(Target::Node(copy), x, dq);
+        pg.replace_input(target, x, q);
+    } else {
+        pg.replace_input(target, x, copy);
+        pg.nodes[x].partner = Some(copy);
+        pg.nodes[copy].partner = Some(x);
+    }
+}
+
+fn same_layout(pg: &PGraph, g: &Graph, a: usize, b: usize) -> bool {
+    pg.is_nhwc(a, g) == pg.is_nhwc(b, g)
+}
+
+fn same_type_and_shape(pg: &PGraph, a: usize, b: usize) -> bool {
+    let (x, y) = (&pg.nodes[a].spec, &pg.nodes[b].spec);
+    x.dtype == y.dtype && x.max_shape() == y.max_shape()
+}
+
+fn rewire_users(pg: &mut PGraph, old: usize, new: usize) {
+    pg.replace_all_uses(old, new);
+}
+
+/// `RemoveRedundantCopyPass`: opposite copies back to back cancel; a copy into the layout
+/// its input already has is dropped; the same across `dq -> copy -> q` chains.
+fn remove_redundant_copies(pg: &mut PGraph, g: &Graph) {
+    let snapshot = pg.order.clone();
+    for &i in &snapshot {
+        if !pg.nodes[i].alive || pg.nodes[i].inputs.is_empty() || !pg.is_format_copy(i, g) {
+            continue;
+        }
+        let x = pg.nodes[i].inputs[0];
+        if pg.is_dequant(x, g) {
+            remove_quantized(pg, g, i);
+        } else if pg.is_format_copy(x, g) && !same_layout(pg, g, x, i) && pg.num_users(x) == 1 {
+            let original = pg.nodes[x].inputs[0];
+            rewire_users(pg, i, original);
+            pg.remove_if_unused(i);
+            pg.remove_if_unused(x);
+        } else if same_layout(pg, g, x, i) && same_type_and_shape(pg, x, i) {
+            rewire_users(pg, i, x);
+            pg.remove_if_unused(i);
+        }
+    }
+}
+
+fn remove_quantized(pg: &mut PGraph, g: &Graph, i: usize) {
+    if pg.num_users(i) != 1 {
+        return;
+    }
+    let Some(qn) = pg.nodes.iter().position(|n| n.alive && n.inputs.contains(&i)) else { return };
+    if !pg.is_quant(qn, g) {
+        return;
+    }
+    let dq = pg.nodes[i].inputs[0];
+    if pg.nodes[dq].inputs.len() != 1 {
+        return;
+    }
+    let prev_q = pg.nodes[dq].inputs[0];
+    if !pg.is_quant(prev_q, g) || pg.nodes[prev_q].inputs.len() != 1 {
+        return;
+    }
+    let prev = pg.nodes[prev_q].inputs[0];
+    if pg.is_format_copy(prev, g) && !same_layout(pg, g, prev, i) && pg.num_users(prev) == 1 {
+        let prev_dq = pg.nodes[prev].inputs[0];
+        if !pg.is_dequant(prev_dq, g) || pg.nodes[prev_dq].inputs.len() != 1 {
+            return;
+        }
+        let original = pg.nodes[prev_dq].inputs[0];
+        rewire_users(pg, qn, original);
+        for k in [qn, i, dq, prev_q, prev, prev_dq] {
+            pg.remove_if_unused(k);
+        }
+    } else if same_layout(pg, g, prev, i) && same_type_and_shape(pg, prev, i) {
+        let original_q = pg.nodes[dq].inputs[0];
+        rewire_users(pg, qn, original_q);
+        for k in [qn, i, dq] {
+            pg.remove_if_unused(k);
+        }
+    }
+}
+
+/// Whether a binary op (for the re-converge) — exposed for tests.
+#[allow(dead_code)]
+pub(crate) fn is_binary(op: &Op) -> bool {
+    matches!(op, Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div))
+}

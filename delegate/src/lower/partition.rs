@@ -1,0 +1,587 @@
+//! The partitioner: one config per op decides whether a node may go to XNNPACK (and why
+//! not), static-quant `dq -> op -> q` groups are claimed together with implicit q/dq, and
+//! claimed nodes are merged into connected, cycle-free delegates ordered so the program
+//! is executable (ExecuTorch's `ConfigerationBasedPartitioner` + capability partitioner).
+
+use super::LowerOptions;
+use crate::LoweringMode;
+use reference::graph::{mean_axes, normalize_dims, BinaryOp, Graph, NodeId, Op, TensorSpec};
+use reference::{ElemType, MemoryFormat};
+use std::collections::{BTreeSet, VecDeque};
+
+/// One delegate: the graph nodes it runs and its hand-offs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Partition {
+    /// Member op nodes, in graph order.
+    pub nodes: Vec<NodeId>,
+    /// Non-constant values produced outside and read inside, in order of first use
+    /// (the order `fuse_as_graphmodule` creates placeholders in).
+    pub inputs: Vec<NodeId>,
+    /// Members read outside the partition or returned by the graph, in graph order.
+    pub outputs: Vec<NodeId>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unit {
+    Delegate(Partition),
+    Portable { node: NodeId, reason: String },
+}
+
+/// The partitioner's decisions for one graph.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub units: Vec<Unit>,
+    /// q/dq nodes claimed by a static-quant group: serialized as no node at all.
+    pub implicit: Vec<bool>,
+    /// ExecuTorch's `debug_handle`: 1-based position among the graph's op nodes.
+    pub debug_handle: Vec<u32>,
+    pub mode: LoweringMode,
+}
+
+pub(crate) fn is_op(op: &Op) -> bool {
+    !matches!(op, Op::Input { .. } | Op::Constant { .. })
+}
+
+/// `is_global_avg_pool_mean` as merged: keepdim first, rank from the mean's own output,
+/// dims normalizing to {2, 3}; bf16 never takes GAP.
+pub fn is_gap(op: &Op, out: &TensorSpec) -> bool {
+    let Op::Mean { dims, keepdim, .. } = op else { return false };
+    if !*keepdim || out.rank() != 4 {
+        return false;
+    }
+    #[cfg(feature = "mutants")]
+    let bf16_gap = crate::mutants::is_active(crate::mutants::Mutant::Bf16TakesGap);
+    #[cfg(not(feature = "mutants"))]
+    let bf16_gap = false;
+    if out.dtype == ElemType::Bf16 && !bf16_gap {
+        return false;
+    }
+    match normalize_dims(dims, 4) {
+        Ok(mut d) => {
+            d.sort_unstable();
+            d == [2, 3]
+        }
+        Err(_) => false,
+    }
+}
+
+fn allowed(dt: ElemType, opts: &LowerOptions) -> bool {
+    matches!(dt, ElemType::F32 | ElemType::F16) || (dt == ElemType::Bf16 && opts.enable_bf16)
+}
+
+fn dtype_list(opts: &LowerOptions) -> &'static str {
+    if opts.enable_bf16 {
+        "fp32, fp16, bf16"
+    } else {
+        "fp32, fp16"
+    }
+}
+
+/// ExecuTorch's `check_common_constraints`: every tensor input has an allowed dtype equal
+/// to the first input's, and so has the output.
+fn common(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
+    let n = &g.nodes[id];
+    let name = n.op.name();
+    let specs = n.inputs.iter().map(|&i| &g.nodes[i].spec).chain(std::iter::once(&n.spec));
+    for s in specs.clone() {
+        if s.format == MemoryFormat::ChannelsLast3d {
+            return Err(format!("{name}: channels_last_3d tensors are not supported by the delegate"));
+        }
+    }
+    if matches!(n.op, Op::Quantize(_) | Op::Dequantize(_)) {
+        return Ok(());
+    }
+    let first = n.inputs.first().map(|&i| g.nodes[i].spec.dtype);
+    for &i in &n.inputs {
+        let dt = g.nodes[i].spec.dtype;
+        if !allowed(dt, opts) {
+            return Err(format!("{name}: input dtype {dt} not supported (the delegate takes {})", dtype_list(opts)));
+        }
+        if Some(dt) != first {
+            return Err(format!("{name}: inputs have different dtypes"));
+        }
+    }
+    if !allowed(n.spec.dtype, opts) {
+        return Err(format!(
+            "{name}: output dtype {} not supported (the delegate takes {})",
+            n.spec.dtype,
+            dtype_list(opts)
+        ));
+    }
+    Ok(())
+}
+
+fn is_const(g: &Graph, i: NodeId) -> bool {
+    matches!(g.nodes[i].op, Op::Constant { .. })
+}
+
+/// A weight XNNPACK can take: a constant, or the dequantize of a qs8 constant (the latter
+/// only inside a static-quant group, checked after grouping).
+fn static_weight(g: &Graph, i: NodeId) -> bool {
+    is_const(g, i)
+        || matches!(g.nodes[i].op, Op::Dequantize(_)) && g.nodes[i].inputs.first().is_some_and(|&c| is_const(g, c))
+}
+
+/// The per-op config: `Ok` if the node may be delegated, else the reason it stays outside.
+pub fn check(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
+    let n = &g.nodes[id];
+    let in0 = n.inputs.first().map(|&i| &g.nodes[i].spec);
+    match &n.op {
+        Op::Input { .. } | Op::Constant { .. } => Err("not an op".into()),
+        Op::Mean { dims, keepdim, dtype } => {
+            common(g, id, opts)?;
+            let x = in0.ok_or("mean.dim: no input")?;
+            match opts.mode {
+                LoweringMode::Main => {
+                    // MeanDimConfig before the change, checks in ExecuTorch's order.
+                    if x.rank() != 4 {
+                        return Err(format!(
+                            "mean.dim: only 4-D inputs lower (as global average pooling); input has rank {}",
+                            x.rank()
+                        ));
+                    }
+                    if dtype.is_some() {
+                        return Err("mean.dim: dtype argument not supported".into());
+                    }
+                    let mut d = normalize_dims(dims, 4).map_err(|e| format!("mean.dim: invalid dims: {e}"))?;
+                    d.sort_unstable();
+                    if d != [2, 3] {
+                        return Err(
+                            "mean.dim only supports averaging 4D tensors across the innermost dimensions".into()
+                        );
+                    }
+                    if !keepdim {
+                        return Err("mean.dim: keepdim must be true for global average pooling".into());
+                    }
+                    if x.dtype == ElemType::Bf16 {
+                        return Err("mean.dim: bf16 has no global average pooling kernel".into());
+                    }
+                    Ok(())
+                }
+                LoweringMode::StaticMean | LoweringMode::NhwcAware => {
+                    #[cfg(feature = "mutants")]
+                    let skip_dtype = crate::mutants::is_active(crate::mutants::Mutant::NoDtypeArgCheck);
+                    #[cfg(not(feature = "mutants"))]
+                    let skip_dtype = false;
+                    if dtype.is_some() && !skip_dtype {
+                        return Err("mean.dim: dtype argument not supported".into());
+                    }
+                    if x.rank() == 0 || x.rank() > reference::graph::MAX_RANK {
+                        return Err(format!("mean.dim: input rank {} outside 1 to 6", x.rank()));
+                    }
+                    mean_axes(dims, x.rank()).map_err(|e| format!("mean.dim: invalid dims: {e}"))?;
+                    #[cfg(feature = "mutants")]
+                    if crate::mutants::is_active(crate::mutants::Mutant::SizeCutoff8192)
+                        && !x.is_dynamic()
+                        && !n.spec.is_dynamic()
+                        && x.max_numel() < 8192
+                        && n.spec.max_numel() > 1
+                        && !is_gap(&n.op, &n.spec)
+                    {
+                        return Err("mean.dim: small multi-output mean left to portable".into());
+                    }
+                    Ok(())
+                }
+            }
+        }
+        Op::Conv2d(_) => {
+            common(g, id, opts)?;
+            if n.spec.dtype == ElemType::Bf16 {
+                return Err("convolution: bf16 not supported by XNNPACK".into());
+            }
+            if !static_weight(g, n.inputs[1]) {
+                return Err("convolution: weight must be a constant".into());
+            }
+            if let Some(&b) = n.inputs.get(2) {
+                if !is_const(g, b) {
+                    return Err("convolution: bias must be a constant".into());
+                }
+            }
+            Ok(())
+        }
+        Op::Linear => {
+            common(g, id, opts)?;
+            if n.spec.dtype == ElemType::Bf16 {
+                return Err("linear: bf16 not supported by XNNPACK".into());
+            }
+            if !static_weight(g, n.inputs[1]) {
+                return Err("linear: weight must be a constant".into());
+            }
+            if let Some(&b) = n.inputs.get(2) {
+                if !is_const(g, b) {
+                    return Err("linear: bias must be a constant".into());
+                }
+            }
+            Ok(())
+        }
+        Op::Binary(_) | Op::Square | Op::Rsqrt | Op::Clamp { .. } | Op::Reshape { .. } | Op::Permute { .. } => {
+            common(g, id, opts)
+        }
+        Op::Quantize(_) | Op::Dequantize(_) => common(g, id, opts),
+        Op::ToCopy { .. } => {
+            common(g, id, opts)?;
+            let x = in0.ok_or("_to_copy: no input")?;
+            let (from, to) = (x.dtype, n.spec.dtype);
+            let format_change = x.format != n.spec.format;
+            if from != to {
+                if format_change {
+                    return Err("_to_copy: changing dtype and memory format together is not supported".into());
+                }
+                let ok = matches!(
+                    (from, to),
+                    (ElemType::F32, ElemType::F16)
+                        | (ElemType::F16, ElemType::F32)
+                        | (ElemType::F32, ElemType::Bf16)
+                        | (ElemType::Bf16, ElemType::F32)
+                );
+                if !ok {
+                    return Err(format!("_to_copy: XNNPACK has no direct {from} to {to} convert"));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Ops a static-quant `dq -> op -> q` group may be anchored on (ExecuTorch's configs with
+/// STATIC_QUANT precision).
+fn quant_anchor(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)
+            | Op::Mean { .. }
+            | Op::Conv2d(_)
+            | Op::Linear
+            | Op::Clamp { .. }
+            | Op::Permute { .. }
+            | Op::Reshape { .. }
+    )
+}
+
+struct Users {
+    users: Vec<Vec<NodeId>>,
+    is_output: Vec<bool>,
+}
+
+fn users(g: &Graph) -> Users {
+    let mut users = vec![Vec::new(); g.nodes.len()];
+    for (id, n) in g.nodes.iter().enumerate() {
+        let mut seen = BTreeSet::new();
+        for &i in &n.inputs {
+            if seen.insert(i) {
+                users[i].push(id);
+            }
+        }
+    }
+    let mut is_output = vec![false; g.nodes.len()];
+    for &o in &g.outputs {
+        is_output[o] = true;
+    }
+    Users { users, is_output }
+}
+
+/// Inputs of a group anchor that must be dequantize nodes (a constant bias may stay fp32).
+fn dq_inputs(g: &Graph, id: NodeId) -> Option<Vec<NodeId>> {
+    let n = &g.nodes[id];
+    let mut out = Vec::new();
+    for (k, &i) in n.inputs.iter().enumerate() {
+        let is_bias = k == 2 && matches!(n.op, Op::Conv2d(_) | Op::Linear) && is_const(g, i);
+        if is_bias {
+            continue;
+        }
+        if !matches!(g.nodes[i].op, Op::Dequantize(_)) {
+            return None;
+        }
+        out.push(i);
+    }
+    if matches!(n.op, Op::Conv2d(_) | Op::Linear) {
+        // XNNPACK's qs8 conv/fully-connected take symmetric constant weights.
+        let w = n.inputs[1];
+        let c = g.nodes[w].inputs.first().copied()?;
+        if !is_const(g, c) || g.nodes[c].spec.quant.map(|q| q.zero_point) != Some(0) {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
+    let n = g.nodes.len();
+    let u = users(g);
+    let mut reason: Vec<Option<String>> = vec![None; n];
+    let mut claimed = vec![false; n];
+    for id in 0..n {
+        if !is_op(&g.nodes[id].op) {
+            continue;
+        }
+        match check(g, id, opts) {
+            Ok(()) => claimed[id] = true,
+            Err(r) => reason[id] = Some(r),
+        }
+    }
+
+    // Static-quant groups, to a fixpoint: an anchor keeps its group only while every dq it
+    // reads feeds grouped anchors alone (an implicit dq forwards the int8 value, which
+    // no fp32 reader may see), and a conv/linear whose weight comes through a dq needs
+    // its group.
+    let mut no_group = vec![false; n];
+    let (groups, parts) = loop {
+        let mut anchor: Vec<bool> = (0..n)
+            .map(|id| {
+                claimed[id]
+                    && !no_group[id]
+                    && quant_anchor(&g.nodes[id].op)
+                    && !u.is_output[id]
+                    && u.users[id].len() == 1
+                    && matches!(g.nodes[u.users[id][0]].op, Op::Quantize(_))
+                    && claimed[u.users[id][0]]
+                    && dq_inputs(g, id).is_some_and(|d| d.iter().all(|&q| claimed[q]))
+            })
+            .collect();
+        loop {
+            let mut changed = false;
+            for id in 0..n {
+                if !anchor[id] {
+                    continue;
+                }
+                let dqs = dq_inputs(g, id).unwrap_or_default();
+                let ok = dqs.iter().all(|&d| !u.is_output[d] && u.users[d].iter().all(|&x| anchor[x]));
+                if !ok {
+                    anchor[id] = false;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // A conv/linear whose weight is a dq needs its group.
+        let mut dropped = false;
+        for id in 0..n {
+            if claimed[id] && matches!(g.nodes[id].op, Op::Conv2d(_) | Op::Linear) && !anchor[id] {
+                let w = g.nodes[id].inputs[1];
+                if !is_const(g, w) {
+                    claimed[id] = false;
+                    reason[id] = Some(format!(
+                        "{}: a quantized weight lowers only in a dq -> {} -> q group",
+                        g.nodes[id].op.name(),
+                        g.nodes[id].op.name()
+                    ));
+                    dropped = true;
+                }
+            }
+        }
+        if dropped {
+            continue;
+        }
+        let groups: Vec<Vec<NodeId>> = (0..n)
+            .filter(|&id| anchor[id])
+            .map(|id| {
+                let mut m = dq_inputs(g, id).unwrap_or_default();
+                m.push(id);
+                m.push(u.users[id][0]);
+                m.sort_unstable();
+                m.dedup();
+                m
+            })
+            .collect();
+        match form_partitions(g, &u, &claimed, &groups) {
+            Ok(parts) => break (groups, parts),
+            Err(bad_anchor) => no_group[bad_anchor] = true,
+        }
+    };
+
+    let mut implicit = vec![false; n];
+    for grp in &groups {
+        for &m in grp {
+            if matches!(g.nodes[m].op, Op::Quantize(_) | Op::Dequantize(_)) {
+                implicit[m] = true;
+            }
+        }
+    }
+
+    let mut debug_handle = vec![0u32; n];
+    let mut k = 0u32;
+    for (id, node) in g.nodes.iter().enumerate() {
+        if is_op(&node.op) {
+            k += 1;
+            debug_handle[id] = k;
+        }
+    }
+
+    let units = order_units(g, &u, parts, &claimed, &reason);
+    Plan { units, implicit, debug_handle, mode: opts.mode }
+}
+
+/// Whether the node set `m` (a mask) has a path that leaves it and comes back.
+fn has_cycle(u: &Users, m: &[bool]) -> bool {
+    let n = m.len();
+    let mut seen = vec![false; n];
+    let mut q = VecDeque::new();
+    for id in 0..n {
+        if m[id] {
+            for &x in &u.users[id] {
+                if !m[x] && !seen[x] {
+                    seen[x] = true;
+                    q.push_back(x);
+                }
+            }
+        }
+    }
+    while let Some(x) = q.pop_front() {
+        for &y in &u.users[x] {
+            if m[y] {
+                return true;
+            }
+            if !seen[y] {
+                seen[y] = true;
+                q.push_back(y);
+            }
+        }
+    }
+    false
+}
+
+/// Merges claimed nodes into connected partitions without cycles. `Err(anchor)` when a
+/// static-quant group cannot be kept in one partition.
+fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>]) -> Result<Vec<Vec<NodeId>>, NodeId> {
+    let n = g.nodes.len();
+    let mut part: Vec<Option<usize>> = vec![None; n];
+    let mut members: Vec<Vec<NodeId>> = Vec::new();
+    let try_merge = |part: &mut Vec<Option<usize>>, members: &mut Vec<Vec<NodeId>>, a: usize, b: usize| -> bool {
+        if a == b {
+            return true;
+        }
+        let mut mask = vec![false; n];
+        for &x in members[a].iter().chain(&members[b]) {
+            mask[x] = true;
+        }
+        if has_cycle(u, &mask) {
+            return false;
+        }
+        let moved = std::mem::take(&mut members[b]);
+        for &x in &moved {
+            part[x] = Some(a);
+        }
+        members[a].extend(moved);
+        true
+    };
+    for id in 0..n {
+        if claimed[id] {
+            part[id] = Some(members.len());
+            members.push(vec![id]);
+        }
+    }
+    for grp in groups {
+        let anchor = grp.iter().copied().find(|&m| !matches!(g.nodes[m].op, Op::Quantize(_) | Op::Dequantize(_)));
+        let anchor = anchor.unwrap_or(grp[0]);
+        for &m in grp {
+            let (Some(a), Some(b)) = (part[anchor], part[m]) else { return Err(anchor) };
+            if !try_merge(&mut part, &mut members, a, b) {
+                return Err(anchor);
+            }
+        }
+    }
+    for id in 0..n {
+        if !claimed[id] {
+            continue;
+        }
+        let mut seen = BTreeSet::new();
+        for &i in &g.nodes[id].inputs {
+            if !claimed[i] || !seen.insert(i) {
+                continue;
+            }
+            if let (Some(a), Some(b)) = (part[i], part[id]) {
+                try_merge(&mut part, &mut members, a, b);
+            }
+        }
+    }
+    let mut out: Vec<Vec<NodeId>> = members.into_iter().filter(|m| !m.is_empty()).collect();
+    for m in &mut out {
+        m.sort_unstable();
+    }
+    Ok(out)
+}
+
+/// Orders delegates and portable ops so every value is produced before it is read,
+/// preferring the unit whose first node comes earliest in the graph.
+fn order_units(
+    g: &Graph,
+    u: &Users,
+    parts: Vec<Vec<NodeId>>,
+    claimed: &[bool],
+    reason: &[Option<String>],
+) -> Vec<Unit> {
+    let n = g.nodes.len();
+    let mut unit_of: Vec<Option<usize>> = vec![None; n];
+    let mut units: Vec<(NodeId, Unit)> = Vec::new();
+    for members in parts {
+        let set: BTreeSet<NodeId> = members.iter().copied().collect();
+        let mut inputs = Vec::new();
+        for &m in &members {
+            for &i in &g.nodes[m].inputs {
+                if !set.contains(&i) && !is_const(g, i) && !inputs.contains(&i) {
+                    inputs.push(i);
+                }
+            }
+        }
+        let outputs: Vec<NodeId> = members
+            .iter()
+            .copied()
+            .filter(|&m| u.is_output[m] || u.users[m].iter().any(|x| !set.contains(x)))
+            .collect();
+        let k = units.len();
+        for &m in &members {
+            unit_of[m] = Some(k);
+        }
+        units.push((members[0], Unit::Delegate(Partition { nodes: members, inputs, outputs })));
+    }
+    for id in 0..n {
+        if is_op(&g.nodes[id].op) && !claimed[id] {
+            unit_of[id] = Some(units.len());
+            let r = reason[id].clone().unwrap_or_else(|| "not claimed".into());
+            units.push((id, Unit::Portable { node: id, reason: r }));
+        }
+    }
+    let m = units.len();
+    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); m];
+    for id in 0..n {
+        let Some(k) = unit_of[id] else { continue };
+        for &i in &g.nodes[id].inputs {
+            if let Some(j) = unit_of[i] {
+                if j != k {
+                    deps[k].insert(j);
+                }
+            }
+        }
+    }
+    let mut indeg: Vec<usize> = deps.iter().map(|d| d.len()).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); m];
+    for (k, d) in deps.iter().enumerate() {
+        for &j in d {
+            dependents[j].push(k);
+        }
+    }
+    let mut ready: BTreeSet<(NodeId, usize)> = (0..m).filter(|&k| indeg[k] == 0).map(|k| (units[k].0, k)).collect();
+    let mut order = Vec::with_capacity(m);
+    while let Some(&first) = ready.iter().next() {
+        ready.remove(&first);
+        let k = first.1;
+        order.push(k);
+        for &d in &dependents[k] {
+            indeg[d] -= 1;
+            if indeg[d] == 0 {
+                ready.insert((units[d].0, d));
+            }
+        }
+    }
+    // Partitions are cycle-free, so every unit is ordered; keep any leftover (defensive)
+    // in index order rather than dropping it.
+    for k in 0..m {
+        if !order.contains(&k) {
+            order.push(k);
+        }
+    }
+    let mut slots: Vec<Option<Unit>> = units.into_iter().map(|(_, un)| Some(un)).collect();
+    order.into_iter().filter_map(|k| slots[k].take()).collect()
+}
