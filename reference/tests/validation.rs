@@ -498,3 +498,134 @@ proptest! {
         }
     }
 }
+
+// ----------------------------------------------------------------------------------------
+// Hand-made (e.g. deserialized) graphs: validate and run never panic on any structure.
+// ----------------------------------------------------------------------------------------
+
+fn any_op() -> impl Strategy<Value = Op> {
+    let dims = prop::collection::vec(-7i64..7, 0..4);
+    let q = (prop::sample::select(vec![0.5f32, 0.0, f32::NAN]), -130i32..130).prop_map(|(s, z)| QuantParams::new(s, z));
+    prop_oneof![
+        Just(Op::Input { name: "x".into() }),
+        (prop::collection::vec(1usize..3, 0..4), elem()).prop_map(|(s, e)| {
+            let n = s.iter().product::<usize>();
+            let q = (e == ElemType::Qs8).then(|| QuantParams::new(0.5, 0));
+            Op::Constant { tensor: Tensor::from_f64(&s, e, q, &vec![1.5; n]) }
+        }),
+        (dims.clone(), any::<bool>(), prop::option::of(elem())).prop_map(|(d, k, t)| Op::Mean {
+            dims: d,
+            keepdim: k,
+            dtype: t
+        }),
+        (0usize..3, 0usize..2, 1usize..3).prop_map(|(s, p, g)| Op::Conv2d(Conv2dParams {
+            stride: [s, 1],
+            padding: [p, p],
+            dilation: [1, 1],
+            groups: g
+        })),
+        prop::sample::select(vec![
+            reference::graph::BinaryOp::Add,
+            reference::graph::BinaryOp::Sub,
+            reference::graph::BinaryOp::Mul,
+            reference::graph::BinaryOp::Div
+        ])
+        .prop_map(Op::Binary),
+        Just(Op::Square),
+        Just(Op::Rsqrt),
+        Just(Op::Clamp { min: Some(0.0), max: None }),
+        Just(Op::Linear),
+        q.clone().prop_map(Op::Quantize),
+        q.prop_map(Op::Dequantize),
+        (prop::option::of(elem()), prop::option::of(Just(MemoryFormat::ChannelsLast)))
+            .prop_map(|(d, f)| Op::ToCopy { dtype: d, format: f }),
+        dims.clone().prop_map(|s| Op::Reshape { shape: s }),
+        dims.prop_map(|p| Op::Permute { perm: p }),
+    ]
+}
+
+fn any_spec() -> impl Strategy<Value = TensorSpec> {
+    (prop::collection::vec(1usize..3, 0..5), elem(), any::<bool>(), any::<bool>()).prop_map(|(s, e, d, cl)| {
+        let mut spec = TensorSpec::new(e, &s);
+        if e == ElemType::Qs8 {
+            spec.quant = Some(QuantParams::new(0.5, 1));
+        }
+        if d {
+            spec = spec.dynamic(0);
+        }
+        if cl && s.len() == 4 {
+            spec = spec.channels_last();
+        }
+        spec
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn hand_made_graphs_never_panic(
+        nodes in prop::collection::vec((any_op(), prop::collection::vec(0usize..12, 1..4), any_spec(), any::<u8>()), 1..10),
+        shuffle in any::<u64>(),
+        outputs in prop::collection::vec(0usize..12, 0..3),
+        seed in any::<u64>(),
+    ) {
+        let n = nodes.len();
+        let outputs = outputs.iter().map(|&o| if shuffle % 17 == 0 { o } else { o % n }).collect();
+        let mut graph = Graph { nodes: vec![], inputs: vec![], outputs };
+        for (k, (op, raw_inputs, spec, mode)) in nodes.into_iter().enumerate() {
+            // Mostly start from a graph input, so that later nodes have something to use.
+            let op = if k == 0 && mode % 9 != 0 { Op::Input { name: "x".into() } } else { op };
+            // Mostly well-formed references to earlier nodes, sometimes anything.
+            let arity = match op {
+                Op::Input { .. } | Op::Constant { .. } => 0,
+                Op::Binary(_) => 2,
+                Op::Conv2d(_) | Op::Linear => 2 + (mode as usize / 16) % 2,
+                _ => 1,
+            };
+            let inputs: Vec<usize> = if mode % 9 == 0 {
+                raw_inputs
+            } else if k == 0 {
+                vec![]
+            } else {
+                raw_inputs.iter().cycle().take(arity).map(|&i| i % k).collect()
+            };
+            // Mostly the inferred spec (so validation gets further), sometimes a random one.
+            let spec = if matches!(op, Op::Input { .. }) || mode % 7 == 0 || inputs.iter().any(|&i| i >= k) {
+                spec
+            } else {
+                let ins: Vec<&TensorSpec> = inputs.iter().map(|&i| &graph.nodes[i].spec).collect();
+                reference::graph::infer(&op, &ins).unwrap_or(spec)
+            };
+            if matches!(op, Op::Input { .. }) && mode % 11 != 0 {
+                graph.inputs.push(k);
+            }
+            graph.nodes.push(Node { op, inputs, spec });
+        }
+        if shuffle % 3 == 0 && graph.inputs.len() > 1 {
+            graph.inputs.swap(0, 1);
+        }
+        if shuffle % 13 == 0 {
+            if let Some(&first) = graph.inputs.first() {
+                graph.inputs.push(first);
+            }
+        }
+        let valid = graph.validate();
+        let inputs = generate_inputs(&graph, &[], seed, &DataOptions { specials: shuffle % 2 == 0, ..DataOptions::default() });
+        let result = reference::eval::run(&graph, &inputs);
+        match valid {
+            Ok(()) => {
+                let outs = result.map_err(|e| TestCaseError::fail(format!("valid graph failed: {e}")))?;
+                prop_assert_eq!(outs.len(), graph.outputs.len());
+                let _ = reference::eval::run_all(&graph, &inputs).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+            Err(e) => {
+                let is_invalid = matches!(&result, Err(reference::eval::EvalError::InvalidGraph(_)));
+                prop_assert!(is_invalid, "validate said {} but run gave {:?}", e, result.map(|o| o.len()));
+            }
+        }
+        // Arbitrary (mismatched) inputs give a typed error, not a panic.
+        let wrong = vec![Tensor::f32(&[2, 2], vec![0.0; 4]); (shuffle % 3) as usize];
+        let _ = reference::eval::run(&graph, &wrong);
+    }
+}
