@@ -107,7 +107,34 @@ pub struct StoredGraph {
     pub graph: XnnGraph,
 }
 
+/// JSON has no infinities or NaN (serde_json writes them as `null`, which does not read
+/// back as f32): the stored copy clamps them to the largest finite value, NaN to 0. Both
+/// sides of a diff go through this, so it only hides a change between +inf and f32::MAX.
+pub fn json_safe(g: &mut XnnGraph) {
+    let fix = |v: &mut f32| {
+        if v.is_nan() {
+            *v = 0.0;
+        } else if v.is_infinite() {
+            *v = v.signum() * f32::MAX;
+        }
+    };
+    for n in &mut g.nodes {
+        if let Some((lo, hi)) = n.output_min_max.as_mut() {
+            fix(lo);
+            fix(hi);
+        }
+    }
+    for v in &mut g.values {
+        match v.quant.as_mut() {
+            Some(delegate::xnn::QuantParams::PerTensor { scale, .. }) => fix(scale),
+            Some(delegate::xnn::QuantParams::PerChannel { scale, .. }) => scale.iter_mut().for_each(fix),
+            _ => {}
+        }
+    }
+}
+
 /// A freshly computed table plus the segment graphs behind its hashes.
+#[derive(Clone, Debug)]
 pub struct Computed {
     pub golden: Golden,
     pub graphs: Vec<StoredGraph>,
@@ -250,6 +277,7 @@ pub fn compute_entry(p: &NamedProgram, graph: &reference::Graph, mode: LoweringM
         let mut g = seg.graph.clone();
         let constants_sha256 = sha256_hex(&g.constant_bytes);
         g.constant_bytes.clear();
+        json_safe(&mut g);
         graphs.push(StoredGraph {
             pattern: p.name.clone(),
             mode: mode.name().into(),
@@ -546,7 +574,8 @@ pub fn check_against(golden: &Golden, stored: &[StoredGraph], computed: Computed
     GateOutcome { changes, inconsistent, report, computed }
 }
 
-fn write_golden(path: &Path, c: &Computed) -> anyhow::Result<()> {
+/// Writes `c` as the golden table at `path` (and its graphs next to it).
+pub fn bless(path: &Path, c: &Computed) -> anyhow::Result<()> {
     c.golden.validate()?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -712,7 +741,7 @@ pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
         }
         let old = Golden::load(&path).ok();
         let n = old.as_ref().map(|o| diff(o, &computed.golden).len());
-        write_golden(&path, &computed)?;
+        bless(&path, &computed)?;
         println!(
             "blessed {} patterns x 3 modes into {} ({} changed value(s))",
             computed.golden.patterns.len(),
