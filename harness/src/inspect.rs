@@ -1,9 +1,320 @@
-//! `harness inspect` (to be written).
+//! `harness inspect FILE`: header fields and node counts by type of an XNNPACK payload, or
+//! of each XNNPACK payload inside an ExecuTorch `.pte` program, so that real exported
+//! models can be gated on transpose and node counts. `--json` prints the same report as
+//! one JSON object.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use delegate::serialize::{self, decode, pte, Decoded, LoadLimits, XnnHeader};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 /// Command-line arguments of `harness inspect`.
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct InspectArgs {}
+pub struct InspectArgs {
+    /// An XNNPACK payload (`XH00` header or bare `XN01`/`XN00` flatbuffer) or a `.pte` file;
+    /// the kind is detected from the identifier, not the extension.
+    pub file: PathBuf,
+    /// Print one machine-readable JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list every node and value of each payload.
+    #[arg(long)]
+    pub nodes: bool,
+}
 
-pub fn run(_args: InspectArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("harness inspect: not implemented yet")
+#[derive(Serialize, Debug)]
+struct Report {
+    file: String,
+    kind: &'static str,
+    size: usize,
+    sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    program: Option<ProgramReport>,
+    payloads: Vec<PayloadReport>,
+}
+
+#[derive(Serialize, Debug)]
+struct ProgramReport {
+    extended_header: Option<pte::ExtendedHeader>,
+    segments: Vec<pte::Segment>,
+    delegates: Vec<DelegateReport>,
+    operators: Vec<String>,
+    named_data: usize,
+}
+
+#[derive(Serialize, Debug)]
+struct DelegateReport {
+    plan: String,
+    index: usize,
+    backend_id: String,
+    location: pte::DataLocation,
+    data_index: u32,
+    file_offset: Option<u64>,
+    size: usize,
+}
+
+#[derive(Serialize, Debug)]
+struct PayloadReport {
+    /// Where it came from: the file itself, or `plan/delegate` inside a `.pte`.
+    source: String,
+    size: usize,
+    sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    graph: Option<GraphReport>,
+}
+
+#[derive(Serialize, Debug)]
+struct GraphReport {
+    /// `None` for a bare flatbuffer.
+    header: Option<XnnHeader>,
+    identifier: String,
+    version: String,
+    num_externs: u32,
+    input_ids: Vec<u32>,
+    output_ids: Vec<u32>,
+    num_nodes: usize,
+    num_values: usize,
+    node_counts: BTreeMap<String, usize>,
+    constants: usize,
+    named_constants: usize,
+    constant_data_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nodes: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values: Option<Vec<String>>,
+}
+
+fn sha256(b: &[u8]) -> String {
+    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn payload_report(source: String, bytes: &[u8], list: bool) -> PayloadReport {
+    // Lenient: real payloads keep their weights in the .pte named data store.
+    let decoded = decode(bytes, &LoadLimits::lenient());
+    let (graph, error) = match decoded {
+        Ok(Decoded { header, identifier, graph: g }) => (
+            Some(GraphReport {
+                header,
+                identifier,
+                version: g.version.clone(),
+                num_externs: g.num_externs,
+                input_ids: g.input_ids.clone(),
+                output_ids: g.output_ids.clone(),
+                num_nodes: g.nodes.len(),
+                num_values: g.values.len(),
+                node_counts: serialize::node_counts(&g),
+                constants: g.constant_data.iter().skip(1).count(),
+                named_constants: g
+                    .constant_data
+                    .iter()
+                    .filter(|c| c.named_key.as_deref().is_some_and(|k| !k.is_empty()))
+                    .count(),
+                constant_data_bytes: g.constant_bytes.len(),
+                nodes: list.then(|| g.nodes.iter().map(serialize::diff::describe_node).collect()),
+                values: list.then(|| g.values.iter().map(serialize::diff::describe_value).collect()),
+            }),
+            None,
+        ),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    PayloadReport { source, size: bytes.len(), sha256: sha256(bytes), error, graph }
+}
+
+/// Builds the report of `bytes` (named `file`).
+fn report(file: String, bytes: &[u8], list: bool) -> anyhow::Result<Report> {
+    if pte::is_pte(bytes) {
+        let p = pte::parse(bytes).context("reading the .pte program")?;
+        let delegates = p
+            .delegates
+            .iter()
+            .map(|d| DelegateReport {
+                plan: d.plan.clone(),
+                index: d.delegate_index,
+                backend_id: d.backend_id.clone(),
+                location: d.location,
+                data_index: d.index,
+                file_offset: d.file_offset,
+                size: d.bytes.len(),
+            })
+            .collect();
+        let payloads = p
+            .xnnpack()
+            .map(|d| payload_report(format!("{}/delegate {}", d.plan, d.delegate_index), d.bytes, list))
+            .collect();
+        return Ok(Report {
+            file,
+            kind: "pte",
+            size: bytes.len(),
+            sha256: sha256(bytes),
+            program: Some(ProgramReport {
+                extended_header: p.extended_header,
+                segments: p.segments.clone(),
+                delegates,
+                operators: p.operators.clone(),
+                named_data: p.named_data.len(),
+            }),
+            payloads,
+        });
+    }
+    let ident = bytes.get(4..8).unwrap_or(&[]);
+    if !(XnnHeader::has_magic(bytes) || ident == b"XN01" || ident == b"XN00") {
+        anyhow::bail!(
+            "{file}: neither a .pte (ET12) nor an XNNPACK payload (XH00, XN01, XN00); identifier {:?}",
+            String::from_utf8_lossy(ident)
+        );
+    }
+    let payloads = vec![payload_report(file.clone(), bytes, list)];
+    Ok(Report { file, kind: "xnnpack_payload", size: bytes.len(), sha256: sha256(bytes), program: None, payloads })
+}
+
+fn print_text(r: &Report) {
+    println!("{} ({}, {} bytes, sha256 {})", r.file, r.kind, r.size, r.sha256);
+    if let Some(p) = &r.program {
+        match &p.extended_header {
+            Some(h) => println!(
+                "  extended header eh00: length {}, program_size {}, segment_base_offset {}, segment_data_size {}",
+                h.length,
+                h.program_size,
+                h.segment_base_offset,
+                h.segment_data_size.map_or("-".into(), |s| s.to_string())
+            ),
+            None => println!("  no extended header"),
+        }
+        println!("  segments: {}", p.segments.len());
+        for s in &p.segments {
+            println!("    [{}] offset {} size {}", s.index, s.file_offset, s.size);
+        }
+        println!("  named data entries: {}", p.named_data);
+        if !p.operators.is_empty() {
+            println!("  operators outside delegates: {}", p.operators.join(", "));
+        }
+        println!("  delegates: {}", p.delegates.len());
+        for d in &p.delegates {
+            println!(
+                "    {}/{}: {} {:?}[{}] {} bytes{}",
+                d.plan,
+                d.index,
+                d.backend_id,
+                d.location,
+                d.data_index,
+                d.size,
+                d.file_offset.map_or(String::new(), |o| format!(" at {o}"))
+            );
+        }
+    }
+    for pl in &r.payloads {
+        println!("payload {} ({} bytes, sha256 {})", pl.source, pl.size, pl.sha256);
+        if let Some(e) = &pl.error {
+            println!("  ERROR: {e}");
+        }
+        let Some(g) = &pl.graph else { continue };
+        match &g.header {
+            Some(h) => println!(
+                "  header XH00: length {}, flatbuffer {}+{}, constant data {}+{}",
+                h.header_length, h.flatbuffer_offset, h.flatbuffer_size, h.constant_data_offset, h.constant_data_size
+            ),
+            None => println!("  no XH00 header (bare flatbuffer)"),
+        }
+        println!(
+            "  {} version {:?}, num_externs {}, input_ids {:?}, output_ids {:?}",
+            g.identifier, g.version, g.num_externs, g.input_ids, g.output_ids
+        );
+        println!(
+            "  {} nodes, {} values, {} constants ({} in the .pte named data store), {} constant bytes",
+            g.num_nodes, g.num_values, g.constants, g.named_constants, g.constant_data_bytes
+        );
+        println!("  node counts:");
+        for (name, n) in &g.node_counts {
+            println!("    {name:<28} {n}");
+        }
+        for (i, n) in g.nodes.iter().flatten().enumerate() {
+            println!("  node {i}: {n}");
+        }
+        for (i, v) in g.values.iter().flatten().enumerate() {
+            println!("  value {i}: {v}");
+        }
+    }
+}
+
+pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let r = report(args.file.display().to_string(), &bytes, args.nodes)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_text(&r);
+    }
+    // A payload that does not decode fails the command, so scripts can gate on it.
+    Ok(if r.payloads.iter().any(|p| p.error.is_some()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let p =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../delegate/tests/fixtures/executorch-1.5.1").join(name);
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn inspects_every_fixture_file() {
+        let files = ["a", "b", "c", "h", "i_b"];
+        for f in files {
+            let r = report(f.into(), &fixture(&format!("{f}.pte")), true).unwrap();
+            assert_eq!(r.kind, "pte");
+            assert!(!r.payloads.is_empty());
+            for pl in &r.payloads {
+                assert!(pl.error.is_none(), "{f}: {:?}", pl.error);
+                let payload = fixture(&format!("{f}.d0.xnn"));
+                let single = report(f.into(), &payload, false).unwrap();
+                assert_eq!(single.kind, "xnnpack_payload");
+                assert!(single.payloads[0].graph.is_some());
+            }
+        }
+        let r = report("c.d1.xnn".into(), &fixture("c.d1.xnn"), false).unwrap();
+        assert!(r.payloads[0].graph.is_some());
+    }
+
+    #[test]
+    fn counts_match_the_fixture_graphs() {
+        // b: transpose, conv, GAP, transpose (manifest.json).
+        let r = report("b.pte".into(), &fixture("b.pte"), false).unwrap();
+        let p = r.program.as_ref().unwrap();
+        assert_eq!(p.extended_header.unwrap().program_size, 1232);
+        assert_eq!(p.segments.len(), 4);
+        assert_eq!(p.named_data, 2);
+        let g = r.payloads[0].graph.as_ref().unwrap();
+        let want: BTreeMap<String, usize> = [("XNNConv2d", 1), ("XNNGlobalAvgPooling2d", 1), ("XNNStaticTranspose", 2)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        assert_eq!(g.node_counts, want);
+        assert_eq!(g.named_constants, 2);
+        assert_eq!(g.header.unwrap().flatbuffer_size, 1176);
+        // c has two XNNPACK delegates and the mean outside.
+        let r = report("c.pte".into(), &fixture("c.pte"), false).unwrap();
+        assert_eq!(r.payloads.len(), 2);
+        assert_eq!(r.program.as_ref().unwrap().operators, vec!["aten::mean.out".to_string()]);
+        assert_eq!(r.payloads[1].graph.as_ref().unwrap().node_counts["XNNDepthwiseConv2d"], 1);
+        // JSON carries the same numbers.
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["payloads"][1]["graph"]["node_counts"]["XNNStaticTranspose"], 2);
+        assert_eq!(j["program"]["extended_header"]["segment_base_offset"], 2048);
+    }
+
+    #[test]
+    fn refuses_other_files_and_reports_bad_payloads() {
+        assert!(report("x".into(), b"not a payload at all", false).is_err());
+        let mut b = fixture("a.d0.xnn");
+        b.truncate(300);
+        let r = report("a".into(), &b, false).unwrap();
+        assert!(r.payloads[0].error.as_deref().unwrap().contains("flatbuffer_size"));
+    }
 }
