@@ -173,30 +173,38 @@ fn report(file: String, bytes: &[u8], list: bool) -> anyhow::Result<Report> {
     Ok(Report { file, kind: "xnnpack_payload", size: bytes.len(), sha256: sha256(bytes), program: None, payloads })
 }
 
-fn print_text(r: &Report) {
-    println!("{} ({}, {} bytes, sha256 {})", r.file, r.kind, r.size, r.sha256);
+/// The text report (built as a string so that a closed pipe is not a panic).
+fn render_text(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    macro_rules! out {
+        ($($t:tt)*) => {{
+            let _ = writeln!(o, $($t)*);
+        }};
+    }
+    out!("{} ({}, {} bytes, sha256 {})", r.file, r.kind, r.size, r.sha256);
     if let Some(p) = &r.program {
         match &p.extended_header {
-            Some(h) => println!(
+            Some(h) => out!(
                 "  extended header eh00: length {}, program_size {}, segment_base_offset {}, segment_data_size {}",
                 h.length,
                 h.program_size,
                 h.segment_base_offset,
                 h.segment_data_size.map_or("-".into(), |s| s.to_string())
             ),
-            None => println!("  no extended header"),
+            None => out!("  no extended header"),
         }
-        println!("  segments: {}", p.segments.len());
+        out!("  segments: {}", p.segments.len());
         for s in &p.segments {
-            println!("    [{}] offset {} size {}", s.index, s.file_offset, s.size);
+            out!("    [{}] offset {} size {}", s.index, s.file_offset, s.size);
         }
-        println!("  named data entries: {}", p.named_data);
+        out!("  named data entries: {}", p.named_data);
         if !p.operators.is_empty() {
-            println!("  operators outside delegates: {}", p.operators.join(", "));
+            out!("  operators outside delegates: {}", p.operators.join(", "));
         }
-        println!("  delegates: {}", p.delegates.len());
+        out!("  delegates: {}", p.delegates.len());
         for d in &p.delegates {
-            println!(
+            out!(
                 "    {}/{}: {} {:?}[{}] {} bytes{}",
                 d.plan,
                 d.index,
@@ -209,47 +217,58 @@ fn print_text(r: &Report) {
         }
     }
     for pl in &r.payloads {
-        println!("payload {} ({} bytes, sha256 {})", pl.source, pl.size, pl.sha256);
+        out!("payload {} ({} bytes, sha256 {})", pl.source, pl.size, pl.sha256);
         if let Some(e) = &pl.error {
-            println!("  ERROR: {e}");
+            out!("  ERROR: {e}");
         }
         let Some(g) = &pl.graph else { continue };
         match &g.header {
-            Some(h) => println!(
+            Some(h) => out!(
                 "  header XH00: length {}, flatbuffer {}+{}, constant data {}+{}",
-                h.header_length, h.flatbuffer_offset, h.flatbuffer_size, h.constant_data_offset, h.constant_data_size
+                h.header_length,
+                h.flatbuffer_offset,
+                h.flatbuffer_size,
+                h.constant_data_offset,
+                h.constant_data_size
             ),
-            None => println!("  no XH00 header (bare flatbuffer)"),
+            None => out!("  no XH00 header (bare flatbuffer)"),
         }
-        println!(
+        out!(
             "  {} version {:?}, num_externs {}, input_ids {:?}, output_ids {:?}",
-            g.identifier, g.version, g.num_externs, g.input_ids, g.output_ids
+            g.identifier,
+            g.version,
+            g.num_externs,
+            g.input_ids,
+            g.output_ids
         );
-        println!(
+        out!(
             "  {} nodes, {} values, {} constants ({} in the .pte named data store), {} constant bytes",
-            g.num_nodes, g.num_values, g.constants, g.named_constants, g.constant_data_bytes
+            g.num_nodes,
+            g.num_values,
+            g.constants,
+            g.named_constants,
+            g.constant_data_bytes
         );
-        println!("  node counts:");
+        out!("  node counts:");
         for (name, n) in &g.node_counts {
-            println!("    {name:<28} {n}");
+            out!("    {name:<28} {n}");
         }
         for (i, n) in g.nodes.iter().flatten().enumerate() {
-            println!("  node {i}: {n}");
+            out!("  node {i}: {n}");
         }
         for (i, v) in g.values.iter().flatten().enumerate() {
-            println!("  value {i}: {v}");
+            out!("  value {i}: {v}");
         }
     }
+    o
 }
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let r = report(args.file.display().to_string(), &bytes, args.nodes)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        print_text(&r);
-    }
+    let text = if args.json { serde_json::to_string_pretty(&r)? + "\n" } else { render_text(&r) };
+    // A reader that stops early (`| head`) is not an error.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     // A payload that does not decode fails the command, so scripts can gate on it.
     Ok(if r.payloads.iter().any(|p| p.error.is_some()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
@@ -303,6 +322,9 @@ mod tests {
         assert_eq!(r.payloads.len(), 2);
         assert_eq!(r.program.as_ref().unwrap().operators, vec!["aten::mean.out".to_string()]);
         assert_eq!(r.payloads[1].graph.as_ref().unwrap().node_counts["XNNDepthwiseConv2d"], 1);
+        let text = render_text(&r);
+        assert!(text.contains("operators outside delegates: aten::mean.out"), "{text}");
+        assert!(text.contains("XNNDepthwiseConv2d           1"), "{text}");
         // JSON carries the same numbers.
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["payloads"][1]["graph"]["node_counts"]["XNNStaticTranspose"], 2);
