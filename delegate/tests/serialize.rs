@@ -288,6 +288,14 @@ fn refuses_bad_node_payloads() {
     let mut g = static_mean_example();
     g.nodes[0].kind = XNodeKind::StaticMean { reduction_axes: vec![2], input_id: 0, output_id: 1, flags: 0 };
     assert_refused!(g, LoadError::BadNode { node: 0, field: "output_id", .. });
+    // A full reduction to 0-D is serialized with dims [1], as ExecuTorch does.
+    let mut g = static_mean_example();
+    g.values[0].dims = vec![2];
+    g.values[1].dims = vec![1];
+    g.nodes[0].kind = XNodeKind::StaticMean { reduction_axes: vec![0], input_id: 0, output_id: 1, flags: 0 };
+    assert_eq!(load(&write(&g), &strict()).unwrap(), g);
+    g.values[1].dims = vec![2];
+    assert_refused!(g, LoadError::BadNode { node: 0, field: "output_id", .. });
     let mut g = gap_example();
     g.values[1].datatype = XnnDatatype::Fp16;
     assert_refused!(g, LoadError::DtypeMismatch { node: 0, field: "output_id", .. });

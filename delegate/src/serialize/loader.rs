@@ -907,7 +907,10 @@ fn check_node(
             }
             let keep = flags & crate::xnn::FLAG_KEEP_DIMS != 0;
             let want = if keep { rin } else { rin - reduction_axes.len() };
-            if rout != want {
+            // ExecuTorch serializes a 0-D tensor as [1] (notes 1.8), so a full reduction
+            // without keep_dims has a [1] output.
+            let scalar_as_1 = want == 0 && v(*output_id).dims == [1];
+            if rout != want && !scalar_as_1 {
                 return bad("output_id", format!("rank {rout}, expected {want} (keep_dims {keep})"));
             }
         }
