@@ -1,11 +1,12 @@
 //! `XnnGraph` -> payload bytes: the `XH00` header, the `XN01` flatbuffer padded to 16, then
 //! the constant region.
 //!
-//! Deterministic by construction: tables are built in one fixed walk of the graph (values
-//! in `XnnGraph::values` order, nodes in order), there is no hash map anywhere, and the
-//! flatbuffers builder omits scalars equal to their schema default, as flatc does for the
-//! JSON ExecuTorch feeds it. The bytes are not flatc's byte for byte (flatc lays tables out
-//! in its own order), but they decode to the same graph.
+//! Deterministic by construction: tables are built in one fixed walk of the graph, there is
+//! no hash map anywhere, and the flatbuffers builder omits scalars equal to their schema
+//! default, as flatc does. Objects are created in the order flatc's JSON parser creates them
+//! for the JSON ExecuTorch feeds it, so the bytes are ExecuTorch's own: the tests rewrite
+//! every real ExecuTorch 1.5.1 payload byte for byte, and match flatc 25.12.19 on our
+//! schema's JSON.
 
 use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 
@@ -31,12 +32,14 @@ pub fn write_flatbuffer(graph: &XnnGraph) -> Vec<u8> {
     let mut b = FlatBufferBuilder::with_capacity(1024);
     let version = b.create_string(&graph.version);
 
+    // Objects are created in the order flatc meets them in ExecuTorch's JSON (children
+    // before parents, fields in declaration order), so the layout matches flatc's.
+    let nodes: Vec<_> = graph.nodes.iter().map(|n| write_node(&mut b, n)).collect();
+    let xnodes = b.create_vector(&nodes);
+
     let value_order = value_order(graph);
     let values: Vec<_> = value_order.iter().map(|&i| write_value(&mut b, &graph.values[i])).collect();
     let xvalues = b.create_vector(&values);
-
-    let nodes: Vec<_> = graph.nodes.iter().map(|n| write_node(&mut b, n)).collect();
-    let xnodes = b.create_vector(&nodes);
 
     let input_ids = b.create_vector(&graph.input_ids);
     let output_ids = b.create_vector(&graph.output_ids);
