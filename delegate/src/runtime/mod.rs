@@ -1,1 +1,104 @@
-//! Threaded SIMD runtime executing loaded payloads plus portable ops. (issue 5)
+//! Threaded SIMD runtime: executes a [`crate::LoweredProgram`] the way the XNNPACK delegate
+//! would. Every delegate segment is serialized with [`crate::serialize::write`] and loaded back
+//! with [`crate::serialize::load`]; only what the loader returned is executed. Ops left outside
+//! run on the portable kernels (scalar, single-threaded, f32 compute), which is what "before"
+//! pays.
+//!
+//! `unsafe` lives only in [`simd`].
+
+pub mod kernels;
+pub mod plan;
+pub mod pool;
+mod program;
+pub mod simd;
+
+pub use program::Program;
+
+use reference::{ElemType, GraphErrorKind, MemoryFormat};
+
+/// How a program schedules operator work on its pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ThreadPolicy {
+    /// XNNPACK's: a reduction with more than one output is split into per-output tasks and
+    /// always wakes the pool; other operators wake it whenever they have more than one tile.
+    PerOutputTasks,
+    /// Inline below a measured size threshold, otherwise one contiguous chunk per thread.
+    #[default]
+    CostModel,
+}
+
+/// Which kernels to run. `DELEGATE_FORCE_SCALAR=1` in the environment forces `Scalar`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum SimdLevel {
+    /// The widest instruction set the CPU has.
+    #[default]
+    Auto,
+    Avx512,
+    Avx2,
+    /// The portable fallback (plain Rust).
+    Scalar,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunOptions {
+    /// Threads of the program's pool, the caller included; 0 and 1 both mean serial.
+    pub threads: usize,
+    pub policy: ThreadPolicy,
+    pub simd: SimdLevel,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { threads: 1, policy: ThreadPolicy::CostModel, simd: SimdLevel::Auto }
+    }
+}
+
+impl RunOptions {
+    pub fn threads(threads: usize) -> RunOptions {
+        RunOptions { threads, ..Default::default() }
+    }
+}
+
+/// Resolves a requested level to a detected instruction set.
+pub fn resolve_simd(level: SimdLevel) -> Result<simd::Isa, RuntimeError> {
+    if std::env::var("DELEGATE_FORCE_SCALAR").is_ok_and(|v| v == "1") {
+        return Ok(simd::Isa::SCALAR);
+    }
+    match level {
+        SimdLevel::Auto => Ok(simd::Isa::best()),
+        SimdLevel::Scalar => Ok(simd::Isa::SCALAR),
+        SimdLevel::Avx2 => simd::Isa::avx2().ok_or(RuntimeError::SimdUnavailable { level }),
+        SimdLevel::Avx512 => simd::Isa::avx512().ok_or(RuntimeError::SimdUnavailable { level }),
+    }
+}
+
+/// Everything that can go wrong when loading or running a program. Never a panic.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("SIMD level {level:?} is not available on this CPU")]
+    SimdUnavailable { level: SimdLevel },
+    #[error("cannot start the thread pool: {0}")]
+    Pool(String),
+    #[error("segment {segment}: serializing the delegate payload failed: {message}")]
+    Serialize { segment: usize, message: String },
+    #[error("segment {segment}: the loader rejected the payload: {message}")]
+    Load { segment: usize, message: String },
+    #[error("segment {segment}: unsupported: {what}")]
+    Unsupported { segment: usize, what: String },
+    #[error("segment {segment}, node {node}: {what}")]
+    InvalidGraph { segment: usize, node: usize, what: String },
+    #[error("program: {0}")]
+    InvalidProgram(String),
+    #[error("expected {expected} inputs, got {found}")]
+    InputCount { expected: usize, found: usize },
+    #[error("input {index}: {kind}")]
+    BadInput { index: usize, kind: GraphErrorKind },
+    #[error("input {index}: dtype {found} where {expected} is expected")]
+    InputDtype { index: usize, expected: ElemType, found: ElemType },
+    #[error("input {index}: memory format {found:?} where {expected:?} is expected")]
+    InputFormat { index: usize, expected: MemoryFormat, found: MemoryFormat },
+    #[error("step {step}: shape error at run time: {what}")]
+    Shape { step: usize, what: String },
+    #[error("step {step}: unsupported at run time: {what}")]
+    UnsupportedOp { step: usize, what: String },
+}

@@ -1,0 +1,194 @@
+//! 2-D convolution on NHWC, XNNPACK's conventions: regular filters are `[O, kh, kw, I/groups]`,
+//! depthwise filters `[1, kh, kw, C*multiplier]` (output channel `c*multiplier + m` reads input
+//! channel `c`). f32 compute (fp16 through f32), threaded over output pixels.
+
+use super::convert::{from_f32, to_f32};
+use super::{sized, Ctx, Scratch, View, ViewMut};
+use crate::runtime::simd;
+
+/// Geometry of one convolution (XNNPACK's `_XNNNodeConv` fields that matter here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvGeom {
+    /// top, right, bottom, left
+    pub padding: [usize; 4],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub group_in: usize,
+    pub group_out: usize,
+    pub depthwise: bool,
+}
+
+impl ConvGeom {
+    /// Output `[N, OH, OW, O]` for an input `[N, H, W, C]`, or why the geometry is invalid.
+    pub fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>, String> {
+        if input.len() != 4 {
+            return Err(format!("convolution input must be 4-D NHWC, got {input:?}"));
+        }
+        if self.groups == 0
+            || self.group_in == 0
+            || self.group_out == 0
+            || self.stride.contains(&0)
+            || self.dilation.contains(&0)
+            || self.kernel.contains(&0)
+        {
+            return Err(format!("invalid convolution geometry {self:?}"));
+        }
+        if input[3] != self.groups * self.group_in {
+            return Err(format!(
+                "input has {} channels, the node expects {} x {}",
+                input[3], self.groups, self.group_in
+            ));
+        }
+        let mut out = vec![input[0]];
+        for k in 0..2 {
+            let (before, after) =
+                if k == 0 { (self.padding[0], self.padding[2]) } else { (self.padding[3], self.padding[1]) };
+            let padded = input[1 + k] + before + after;
+            let span = self.dilation[k] * (self.kernel[k] - 1) + 1;
+            if padded < span {
+                return Err(format!("kernel {span} larger than padded input {padded}"));
+            }
+            out.push((padded - span) / self.stride[k] + 1);
+        }
+        out.push(self.groups * self.group_out);
+        Ok(out)
+    }
+
+    pub fn filter_len(&self) -> usize {
+        let khw = self.kernel[0] * self.kernel[1];
+        if self.depthwise {
+            khw * self.groups * self.group_out
+        } else {
+            self.groups * self.group_out * khw * self.group_in
+        }
+    }
+}
+
+fn conv_f32(
+    ctx: &Ctx,
+    g: &ConvGeom,
+    x: &[f32],
+    ish: &[usize],
+    w: &[f32],
+    b: Option<&[f32]>,
+    out: &mut [f32],
+    osh: &[usize],
+) {
+    let (h, wd, c) = (ish[1], ish[2], ish[3]);
+    let (oh, ow, oc) = (osh[1], osh[2], osh[3]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let isa = ctx.isa;
+    let bytes = (x.len() + w.len() + out.len()) * 4 * kh * kw;
+    ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
+        for (p, o) in chunk.chunks_mut(oc).enumerate() {
+            let pix = start / oc + p;
+            let (n, y, xo) = (pix / (oh * ow), (pix / ow) % oh, pix % ow);
+            match b {
+                Some(b) => o.copy_from_slice(b),
+                None => o.fill(0.0),
+            }
+            for ky in 0..kh {
+                let iy = (y * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                for kx in 0..kw {
+                    let ix = (xo * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
+                    if ix < 0 || ix >= wd as isize {
+                        continue;
+                    }
+                    let xb = ((n * h + iy as usize) * wd + ix as usize) * c;
+                    let xr = &x[xb..xb + c];
+                    if g.depthwise {
+                        let wr = &w[(ky * kw + kx) * oc..(ky * kw + kx + 1) * oc];
+                        if g.group_out == 1 {
+                            simd::mul_acc(isa, o, xr, wr);
+                        } else {
+                            for (ch, &xv) in xr.iter().enumerate() {
+                                for m in 0..g.group_out {
+                                    let k = ch * g.group_out + m;
+                                    o[k] += xv * wr[k];
+                                }
+                            }
+                        }
+                    } else {
+                        for gi in 0..g.groups {
+                            let xs = &xr[gi * g.group_in..(gi + 1) * g.group_in];
+                            for m in 0..g.group_out {
+                                let k = gi * g.group_out + m;
+                                let wb = ((k * kh + ky) * kw + kx) * g.group_in;
+                                o[k] += simd::dot(isa, xs, &w[wb..wb + g.group_in]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Convolution with an optional bias and fused output clamp.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d(
+    ctx: &Ctx,
+    g: &ConvGeom,
+    x: View,
+    ish: &[usize],
+    w: View,
+    b: Option<View>,
+    out: ViewMut,
+    osh: &[usize],
+    act: Option<(f32, f32)>,
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    let want = g.output_shape(ish)?;
+    if want != osh {
+        return Err(format!("convolution output {osh:?}, geometry gives {want:?}"));
+    }
+    if w.len() != g.filter_len() {
+        return Err(format!("filter of {} elements, geometry needs {}", w.len(), g.filter_len()));
+    }
+    if x.len() != ish.iter().product::<usize>() || out.len() != osh.iter().product::<usize>() {
+        return Err("convolution buffers do not match their shapes".into());
+    }
+    let oc = osh[3];
+    // Weights and bias are small and usually fp32; widen anything else.
+    let wf: Vec<f32> = float_vec(w)?;
+    let bf: Option<Vec<f32>> = b.map(float_vec).transpose()?;
+    if bf.as_ref().is_some_and(|b| b.len() != oc) {
+        return Err(format!("bias length differs from {oc} output channels"));
+    }
+    let Scratch { a: sa, c: sc, .. } = scratch;
+    let xf = to_f32(ctx, x, sa)?;
+    let finish = |o: &mut [f32]| {
+        if let Some((lo, hi)) = act {
+            super::elementwise::clamp_f32(ctx, o, lo, hi);
+        }
+    };
+    match out {
+        ViewMut::F32(o) => {
+            conv_f32(ctx, g, xf, ish, &wf, bf.as_deref(), o, osh);
+            finish(o);
+            Ok(())
+        }
+        o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
+            let t = sized(sc, o.len());
+            conv_f32(ctx, g, xf, ish, &wf, bf.as_deref(), t, osh);
+            finish(t);
+            from_f32(ctx, t, o)
+        }
+        o => Err(format!("convolution into {}", o.type_name())),
+    }
+}
+
+/// A float view widened to an owned f32 vector (weights, biases).
+pub fn float_vec(v: View) -> Result<Vec<f32>, String> {
+    Ok(match v {
+        View::F32(x) => x.to_vec(),
+        View::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
+        View::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
+        other => return Err(format!("{} weights are not supported", other.type_name())),
+    })
+}

@@ -1,0 +1,73 @@
+//! Converts between fp32 and fp16/bf16 (round to nearest even) and qs8 quantize/dequantize,
+//! threaded in contiguous chunks. f16 uses `half`'s slice conversion (F16C at run time);
+//! bf16 uses the rounding bit trick compiled per instruction set.
+
+use super::{Ctx, Quant, View, ViewMut};
+use crate::runtime::simd;
+
+/// Converts `x` into `out` (same length). `q` is the int8 side's quantization.
+pub fn convert(ctx: &Ctx, x: View, out: ViewMut, q: Option<Quant>) -> Result<(), String> {
+    if x.len() != out.len() {
+        return Err(format!("convert of {} elements into {}", x.len(), out.len()));
+    }
+    let isa = ctx.isa;
+    let bytes = x.len() * 6;
+    match (x, out) {
+        (View::F32(x), ViewMut::F32(o)) => {
+            ctx.par_chunks(o, bytes, 256, false, |s, c| c.copy_from_slice(&x[s..s + c.len()]))
+        }
+        (View::F32(x), ViewMut::F16(o)) => {
+            ctx.par_chunks(o, bytes, 256, false, |s, c| simd::f32_to_f16(isa, &x[s..s + c.len()], c))
+        }
+        (View::F16(x), ViewMut::F32(o)) => {
+            ctx.par_chunks(o, bytes, 256, false, |s, c| simd::f16_to_f32(isa, &x[s..s + c.len()], c))
+        }
+        (View::F32(x), ViewMut::Bf16(o)) => ctx.par_chunks(o, bytes, 256, false, |s, c| {
+            simd::f32_to_bf16(isa, &x[s..s + c.len()], simd::bf16_bits_mut(c))
+        }),
+        (View::Bf16(x), ViewMut::F32(o)) => {
+            ctx.par_chunks(o, bytes, 256, false, |s, c| simd::bf16_to_f32(isa, simd::bf16_bits(&x[s..s + c.len()]), c))
+        }
+        (View::F32(x), ViewMut::I8(o)) => {
+            let q = q.ok_or("quantize without quantization parameters")?;
+            let inv = 1.0 / q.scale;
+            ctx.par_chunks(o, bytes, 256, false, |s, c| simd::quantize(isa, &x[s..s + c.len()], inv, q.zero_point, c))
+        }
+        (View::I8(x), ViewMut::F32(o)) => {
+            let q = q.ok_or("dequantize without quantization parameters")?;
+            ctx.par_chunks(o, bytes, 256, false, |s, c| {
+                simd::dequantize(isa, &x[s..s + c.len()], q.scale, q.zero_point, c)
+            })
+        }
+        (View::F16(x), ViewMut::F16(o)) => o.copy_from_slice(x),
+        (View::Bf16(x), ViewMut::Bf16(o)) => o.copy_from_slice(x),
+        (x, o) => return Err(format!("no convert from {} to {}", x.type_name(), o.type_name())),
+    }
+    Ok(())
+}
+
+/// `x` widened to f32 into `buf` (fp32 inputs are borrowed as they are).
+pub fn to_f32<'a>(ctx: &Ctx, x: View<'a>, buf: &'a mut Vec<f32>) -> Result<&'a [f32], String> {
+    match x {
+        View::F32(v) => Ok(v),
+        View::F16(_) | View::Bf16(_) => {
+            let n = x.len();
+            let b = super::sized(buf, n);
+            convert(ctx, x, ViewMut::F32(b), None)?;
+            Ok(&buf[..n])
+        }
+        other => Err(format!("{} is not a float type", other.type_name())),
+    }
+}
+
+/// Writes f32 values into a float output of any width.
+pub fn from_f32(ctx: &Ctx, x: &[f32], out: ViewMut) -> Result<(), String> {
+    match out {
+        ViewMut::F32(o) => {
+            o.copy_from_slice(x);
+            Ok(())
+        }
+        o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => convert(ctx, View::F32(x), o, None),
+        o => Err(format!("{} is not a float type", o.type_name())),
+    }
+}

@@ -1,0 +1,232 @@
+//! Elementwise kernels: add/sub/mul/div with numpy broadcasting, square, rsqrt, clamp.
+//! fp16/bf16 compute in f32 and round once; an optional output clamp (XNNPACK's fused
+//! `output_min/max`) is applied before rounding.
+
+use super::convert::{from_f32, to_f32};
+use super::{numel, sized, Ctx, Scratch, View, ViewMut};
+use crate::runtime::simd::{self, BinOp};
+
+/// Broadcast output shape of two right-aligned shapes, or `None` if incompatible.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    (0..r)
+        .map(|i| {
+            let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+            let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+            match (da, db) {
+                _ if da == db => Some(da),
+                (1, d) | (d, 1) => Some(d),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Output dims with each operand's stride (0 where it broadcasts), adjacent dims merged.
+fn broadcast_layout(a: &[usize], b: &[usize], out: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let r = out.len();
+    let stride_of = |s: &[usize]| -> Vec<usize> {
+        let mut st = vec![0; r];
+        let mut acc = 1;
+        for i in (0..r).rev() {
+            let d = if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+            st[i] = if d == 1 { 0 } else { acc };
+            acc *= d;
+        }
+        st
+    };
+    let (sa, sb) = (stride_of(a), stride_of(b));
+    let (mut dims, mut ma, mut mb): (Vec<usize>, Vec<usize>, Vec<usize>) = (vec![], vec![], vec![]);
+    for i in 0..r {
+        if out[i] == 1 {
+            continue;
+        }
+        if let (Some(&d), Some(&pa), Some(&pb)) = (dims.last(), ma.last(), mb.last()) {
+            let _ = d;
+            if pa == sa[i] * out[i] && pb == sb[i] * out[i] {
+                let k = dims.len() - 1;
+                dims[k] *= out[i];
+                ma[k] = sa[i];
+                mb[k] = sb[i];
+                continue;
+            }
+        }
+        dims.push(out[i]);
+        ma.push(sa[i]);
+        mb.push(sb[i]);
+    }
+    if dims.is_empty() {
+        return (vec![1], vec![0], vec![0]);
+    }
+    (dims, ma, mb)
+}
+
+fn binary_f32(
+    ctx: &Ctx,
+    op: BinOp,
+    a: &[f32],
+    ash: &[usize],
+    b: &[f32],
+    bsh: &[usize],
+    out: &mut [f32],
+    osh: &[usize],
+) {
+    let (dims, sa, sb) = broadcast_layout(ash, bsh, osh);
+    let r = dims.len();
+    let inner = dims[r - 1];
+    let (ia, ib) = (sa[r - 1], sb[r - 1]);
+    let isa = ctx.isa;
+    let bytes = 3 * out.len() * 4;
+    ctx.par_chunks(out, bytes, inner.max(64).div_ceil(inner) * inner, false, |start, chunk| {
+        let mut row = start / inner;
+        for o in chunk.chunks_mut(inner) {
+            let (mut oa, mut ob, mut rem) = (0, 0, row);
+            for k in (0..r - 1).rev() {
+                let i = rem % dims[k];
+                rem /= dims[k];
+                oa += i * sa[k];
+                ob += i * sb[k];
+            }
+            match (ia, ib) {
+                (0, 0) => {
+                    let v = apply(op, a[oa], b[ob]);
+                    o.fill(v);
+                }
+                (_, 0) => simd::bin_vs(isa, op, &a[oa..oa + inner], b[ob], o),
+                (0, _) => simd::bin_sv(isa, op, a[oa], &b[ob..ob + inner], o),
+                _ => simd::bin_vv(isa, op, &a[oa..oa + inner], &b[ob..ob + inner], o),
+            }
+            row += 1;
+        }
+    });
+}
+
+fn apply(op: BinOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+    }
+}
+
+/// Clamps f32 values in place (threaded), keeping NaN.
+pub fn clamp_f32(ctx: &Ctx, x: &mut [f32], lo: f32, hi: f32) {
+    let isa = ctx.isa;
+    let bytes = x.len() * 8;
+    ctx.par_chunks(x, bytes, 1024, false, |_, c| simd::clamp_inplace(isa, c, lo, hi));
+}
+
+/// `out = act(a op b)` with broadcasting; shapes are the physical dims of each value.
+#[allow(clippy::too_many_arguments)]
+pub fn binary(
+    ctx: &Ctx,
+    op: BinOp,
+    a: View,
+    ash: &[usize],
+    b: View,
+    bsh: &[usize],
+    out: ViewMut,
+    osh: &[usize],
+    act: Option<(f32, f32)>,
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    if broadcast_shape(ash, bsh).as_deref() != Some(osh) {
+        return Err(format!("cannot broadcast {ash:?} and {bsh:?} to {osh:?}"));
+    }
+    let n = numel(osh);
+    if a.len() != numel(ash) || b.len() != numel(bsh) || out.len() != n {
+        return Err("binary operand sizes do not match their shapes".into());
+    }
+    let Scratch { a: sa, b: sb, c: sc } = scratch;
+    match out {
+        ViewMut::F32(o) => {
+            let (af, bf) = (to_f32(ctx, a, sa)?, to_f32(ctx, b, sb)?);
+            binary_f32(ctx, op, af, ash, bf, bsh, o, osh);
+            if let Some((lo, hi)) = act {
+                clamp_f32(ctx, o, lo, hi);
+            }
+            Ok(())
+        }
+        o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
+            let (af, bf) = (to_f32(ctx, a, sa)?, to_f32(ctx, b, sb)?);
+            let t = sized(sc, n);
+            binary_f32(ctx, op, af, ash, bf, bsh, t, osh);
+            if let Some((lo, hi)) = act {
+                clamp_f32(ctx, t, lo, hi);
+            }
+            from_f32(ctx, t, o)
+        }
+        o => Err(format!("binary op on {}", o.type_name())),
+    }
+}
+
+/// Unary elementwise ops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unary {
+    Square,
+    Rsqrt,
+    Clamp(f32, f32),
+    Copy,
+}
+
+/// `out = act(f(x))` elementwise.
+pub fn unary(
+    ctx: &Ctx,
+    f: Unary,
+    x: View,
+    out: ViewMut,
+    act: Option<(f32, f32)>,
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    if x.len() != out.len() {
+        return Err(format!("unary op of {} elements into {}", x.len(), out.len()));
+    }
+    let n = x.len();
+    let isa = ctx.isa;
+    let Scratch { a: sa, c: sc, .. } = scratch;
+    let xf = to_f32(ctx, x, sa)?;
+    let run = |o: &mut [f32]| {
+        ctx.par_chunks(o, n * 8, 1024, false, |s, c| {
+            let xs = &xf[s..s + c.len()];
+            match f {
+                Unary::Square => simd::square(isa, xs, c),
+                Unary::Rsqrt => simd::rsqrt(isa, xs, c),
+                Unary::Clamp(lo, hi) => {
+                    c.copy_from_slice(xs);
+                    simd::clamp_inplace(isa, c, lo, hi)
+                }
+                Unary::Copy => c.copy_from_slice(xs),
+            }
+            if let Some((lo, hi)) = act {
+                simd::clamp_inplace(isa, c, lo, hi);
+            }
+        })
+    };
+    match out {
+        ViewMut::F32(o) => {
+            run(o);
+            Ok(())
+        }
+        o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
+            let t = sized(sc, n);
+            run(t);
+            from_f32(ctx, t, o)
+        }
+        o => Err(format!("unary op on {}", o.type_name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_layout_merges() {
+        assert_eq!(broadcast_shape(&[2, 3, 4], &[4]), Some(vec![2, 3, 4]));
+        assert_eq!(broadcast_shape(&[2, 3], &[4]), None);
+        assert_eq!(broadcast_layout(&[2, 3, 4], &[2, 3, 4], &[2, 3, 4]), (vec![24], vec![1], vec![1]));
+        assert_eq!(broadcast_layout(&[2, 3, 4], &[4], &[2, 3, 4]), (vec![6, 4], vec![4, 1], vec![0, 1]));
+        assert_eq!(broadcast_layout(&[2, 3, 4], &[2, 3, 1], &[2, 3, 4]), (vec![6, 4], vec![4, 1], vec![1, 0]));
+    }
+}

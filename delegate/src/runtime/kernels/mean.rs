@@ -1,0 +1,324 @@
+//! Static mean over any axes of a rank 1-6 tensor, as XNNPACK's reduce-nd does it:
+//! size-1 dims dropped, adjacent reduced and adjacent kept dims merged, the result padded to
+//! 6-D; a *contiguous* path (the innermost dim is reduced: row sums) and a *discontiguous*
+//! path (the innermost dim is kept: column sums over rows). The sum is scaled by multiplying
+//! with `1/n`, as XNNPACK does (not by dividing).
+//!
+//! Accumulation: fp32 in f32; fp16 and bf16 are widened to an f32 workspace, averaged in f32
+//! and rounded once to the output type (for bf16 these are the converts the runtime inserts,
+//! as ExecuTorch does, not flatbuffer nodes); qs8 sums int8 values in int32 and requantizes
+//! with `out = clamp(round_half_even((sum - n*zp_in) * m) + zp_out)` where
+//! `m = in_scale * (1/n) / out_scale` in f32, XNNPACK's reference int32->int8 requantization.
+
+use super::convert::{from_f32, to_f32};
+use super::{sized, strides, Ctx, Quant, Scratch, View, ViewMut};
+use crate::runtime::pool::INLINE_BYTES;
+use crate::runtime::simd::{self, Rows};
+use crate::runtime::ThreadPolicy;
+
+#[cfg(feature = "mutants")]
+use crate::mutants::{is_active, Mutant};
+
+/// A reduction after normalization, padded to 6-D. In the contiguous layout dims 1, 3, 5 are
+/// reduced and 0, 2, 4 kept; in the discontiguous one it is the other way round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reduction {
+    pub shape: [usize; 6],
+    pub contiguous: bool,
+    /// Elements averaged per output.
+    pub n: usize,
+    pub outputs: usize,
+}
+
+/// XNNPACK's `xnn_normalize_reduction`: drop size-1 dims, merge runs of reduced and of kept dims.
+pub fn normalize(shape: &[usize], axes: &[usize]) -> Reduction {
+    let mut dims: Vec<(usize, bool)> = Vec::new();
+    for (i, &s) in shape.iter().enumerate() {
+        if s == 1 {
+            continue;
+        }
+        let r = axes.contains(&i);
+        match dims.last_mut() {
+            Some((d, lr)) if *lr == r => *d *= s,
+            _ => dims.push((s, r)),
+        }
+    }
+    let contiguous = dims.last().is_some_and(|d| d.1);
+    let mut s6 = [1usize; 6];
+    let k = dims.len();
+    for (j, d) in dims.iter().enumerate() {
+        s6[6 - k + j] = d.0;
+    }
+    let n = dims.iter().filter(|d| d.1).map(|d| d.0).product();
+    let outputs = dims.iter().filter(|d| !d.1).map(|d| d.0).product();
+    Reduction { shape: s6, contiguous, n, outputs }
+}
+
+/// The scale applied to sums: `1/n` (multiplied, as XNNPACK does).
+fn scale_of(n: usize) -> f32 {
+    #[cfg(feature = "mutants")]
+    if is_active(Mutant::WrongDivisor) {
+        return 1.0 / (n + 1) as f32;
+    }
+    1.0 / n as f32
+}
+
+/// Mean of fp32 `x` with physical `shape` over `axes` into `out` (one value per kept position).
+pub fn mean_f32(ctx: &Ctx, x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) -> Result<(), String> {
+    let r = normalize(shape, axes);
+    check_sizes(&r, x.len(), out.len())?;
+    let scale = scale_of(r.n);
+    if r.contiguous {
+        contiguous_f32(ctx, x, &r, scale, out);
+    } else {
+        discontiguous_f32(ctx, x, &r, scale, out);
+    }
+    Ok(())
+}
+
+fn check_sizes(r: &Reduction, xlen: usize, olen: usize) -> Result<(), String> {
+    if r.n * r.outputs != xlen || r.outputs != olen {
+        return Err(format!("mean of {} elements into {} outputs does not match the shape", xlen, olen));
+    }
+    Ok(())
+}
+
+fn contiguous_rows(r: &Reduction, st: &[usize], idx: usize) -> Rows {
+    let s = &r.shape;
+    let i4 = idx % s[4];
+    let i2 = (idx / s[4]) % s[2];
+    let i0 = idx / (s[4] * s[2]);
+    Rows { base: i0 * st[0] + i2 * st[2] + i4 * st[4], n: [s[1], s[3], 1], st: [st[1], st[3], 0], len: s[5] }
+}
+
+fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f32]) {
+    let st = strides(&r.shape);
+    let isa = ctx.isa;
+    let bytes = x.len() * 4;
+    let t = ctx.pool.threads();
+    if ctx.pool.policy() == ThreadPolicy::CostModel && t > 1 && r.outputs < t && bytes >= INLINE_BYTES {
+        // Fewer outputs than threads: split each output's rows instead and add the partials.
+        for (o, slot) in out.iter_mut().enumerate() {
+            let rows = contiguous_rows(r, &st, o);
+            let pieces = split_rows(&rows, t);
+            let mut partial = vec![0f32; pieces.len()];
+            ctx.par_chunks(&mut partial, bytes, 1, false, |s, c| {
+                for (k, p) in c.iter_mut().enumerate() {
+                    *p = simd::sum_rows_f32(isa, x, &pieces[s + k]);
+                }
+            });
+            *slot = partial.iter().sum::<f32>() * scale;
+        }
+        return;
+    }
+    ctx.par_chunks(out, bytes, 1, true, |start, chunk| {
+        for (k, o) in chunk.iter_mut().enumerate() {
+            *o = simd::sum_rows_f32(isa, x, &contiguous_rows(r, &st, start + k)) * scale;
+        }
+    });
+}
+
+/// Cuts a row set into up to `t` disjoint row sets along its largest dimension.
+fn split_rows(rows: &Rows, t: usize) -> Vec<Rows> {
+    let (n0, n1, len) = (rows.n[0], rows.n[1], rows.len);
+    let mut v = Vec::with_capacity(t);
+    if n0 >= n1 && n0 >= t {
+        let per = n0.div_ceil(t);
+        for a in (0..n0).step_by(per) {
+            v.push(Rows { base: rows.base + a * rows.st[0], n: [per.min(n0 - a), n1, 1], ..*rows });
+        }
+    } else if n1 >= t && n1 >= n0 {
+        let per = n1.div_ceil(t);
+        for b in (0..n1).step_by(per) {
+            v.push(Rows { base: rows.base + b * rows.st[1], n: [n0, per.min(n1 - b), 1], ..*rows });
+        }
+    } else {
+        // Column blocks of every row; multiples of 64 keep the SIMD bodies full.
+        let per = len.div_ceil(t).div_ceil(64) * 64;
+        for c in (0..len).step_by(per.max(1)) {
+            v.push(Rows { base: rows.base + c, len: per.min(len - c), ..*rows });
+        }
+    }
+    v
+}
+
+fn discontiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f32]) {
+    let s = r.shape;
+    let st = strides(&s);
+    let isa = ctx.isa;
+    let w = s[5];
+    ctx.par_chunks(out, x.len() * 4, 64, true, |start, chunk| {
+        let end = start + chunk.len();
+        let mut pos = start;
+        while pos < end {
+            let row = pos / w;
+            let c0 = pos % w;
+            let c1 = w.min(c0 + (end - pos));
+            let (i1, i3) = (row / s[3], row % s[3]);
+            let rows = Rows {
+                base: i1 * st[1] + i3 * st[3] + c0,
+                n: [s[0], s[2], s[4]],
+                st: [st[0], st[2], st[4]],
+                len: c1 - c0,
+            };
+            let o = pos - start;
+            simd::col_sums_f32(isa, x, &rows, scale, &mut chunk[o..o + (c1 - c0)]);
+            pos += c1 - c0;
+        }
+    });
+}
+
+/// Mean in any supported type. `q` = (input, output) quantization for int8.
+pub fn mean(
+    ctx: &Ctx,
+    x: View,
+    shape: &[usize],
+    axes: &[usize],
+    out: ViewMut,
+    q: Option<(Quant, Quant)>,
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    match (x, out) {
+        (View::F32(x), ViewMut::F32(o)) => mean_f32(ctx, x, shape, axes, o),
+        (View::I8(x), ViewMut::I8(o)) => {
+            let (qi, qo) = q.ok_or("qs8 mean without quantization parameters")?;
+            mean_qs8(ctx, x, shape, axes, o, qi, qo)
+        }
+        (x @ (View::F16(_) | View::Bf16(_)), o @ (ViewMut::F16(_) | ViewMut::Bf16(_))) => {
+            #[cfg(feature = "mutants")]
+            if let (View::F16(xh), ViewMut::F16(oh)) = (&x, &o) {
+                if is_active(Mutant::Fp16AccumulateInFp16) {
+                    return mean_f16_in_f16(xh, shape, axes, oh);
+                }
+            }
+            let Scratch { a, b, .. } = scratch;
+            let xf = to_f32(ctx, x, a)?;
+            let n_out = o.len();
+            let of = sized(b, n_out);
+            mean_f32(ctx, xf, shape, axes, of)?;
+            from_f32(ctx, of, o)
+        }
+        (x, o) => Err(format!("no mean from {} to {}", x.type_name(), o.type_name())),
+    }
+}
+
+/// Seeded bug: fp16 sums kept in fp16 (loses precision on long rows).
+#[cfg(feature = "mutants")]
+fn mean_f16_in_f16(x: &[half::f16], shape: &[usize], axes: &[usize], out: &mut [half::f16]) -> Result<(), String> {
+    let r = normalize(shape, axes);
+    check_sizes(&r, x.len(), out.len())?;
+    let st = strides(&r.shape);
+    let s = r.shape;
+    let scale = half::f16::from_f32(1.0 / r.n as f32);
+    for (o, slot) in out.iter_mut().enumerate() {
+        let mut acc = half::f16::ZERO;
+        if r.contiguous {
+            let rows = contiguous_rows(&r, &st, o);
+            for a in 0..rows.n[0] {
+                for b in 0..rows.n[1] {
+                    let off = rows.base + a * rows.st[0] + b * rows.st[1];
+                    for v in &x[off..off + rows.len] {
+                        acc += *v;
+                    }
+                }
+            }
+        } else {
+            let (row, c) = (o / s[5], o % s[5]);
+            let (i1, i3) = (row / s[3], row % s[3]);
+            for j0 in 0..s[0] {
+                for j2 in 0..s[2] {
+                    for j4 in 0..s[4] {
+                        acc += x[j0 * st[0] + i1 * st[1] + j2 * st[2] + i3 * st[3] + j4 * st[4] + c];
+                    }
+                }
+            }
+        }
+        *slot = acc * scale;
+    }
+    Ok(())
+}
+
+/// Requantizes an int32 sum of `n` int8 values.
+#[inline]
+pub fn requantize(acc: i32, n: usize, qi: Quant, mult: f32, qo: Quant) -> i8 {
+    let centered = acc as i64 - n as i64 * qi.zero_point as i64;
+    let v = centered as f32 * mult;
+    #[cfg(feature = "mutants")]
+    let r = if is_active(Mutant::Qs8RoundHalfAway) { v.round() } else { v.round_ties_even() };
+    #[cfg(not(feature = "mutants"))]
+    let r = v.round_ties_even();
+    let r = r + qo.zero_point as f32;
+    r.clamp(-128.0, 127.0) as i8
+}
+
+fn mean_qs8(
+    ctx: &Ctx,
+    x: &[i8],
+    shape: &[usize],
+    axes: &[usize],
+    out: &mut [i8],
+    qi: Quant,
+    qo: Quant,
+) -> Result<(), String> {
+    let r = normalize(shape, axes);
+    check_sizes(&r, x.len(), out.len())?;
+    let s = r.shape;
+    let st = strides(&s);
+    let isa = ctx.isa;
+    let mult = qi.scale * scale_of(r.n) / qo.scale;
+    let n = r.n;
+    if r.contiguous {
+        ctx.par_chunks(out, x.len(), 1, true, |start, chunk| {
+            for (k, o) in chunk.iter_mut().enumerate() {
+                let acc = simd::sum_rows_i8(isa, x, &contiguous_rows(&r, &st, start + k));
+                *o = requantize(acc, n, qi, mult, qo);
+            }
+        });
+    } else {
+        let w = s[5];
+        ctx.par_chunks(out, x.len(), 64, true, |start, chunk| {
+            let end = start + chunk.len();
+            let mut pos = start;
+            let mut acc = [0i32; 256];
+            while pos < end {
+                let row = pos / w;
+                let c0 = pos % w;
+                let c1 = w.min(c0 + (end - pos)).min(c0 + acc.len());
+                let (i1, i3) = (row / s[3], row % s[3]);
+                let rows = Rows {
+                    base: i1 * st[1] + i3 * st[3] + c0,
+                    n: [s[0], s[2], s[4]],
+                    st: [st[0], st[2], st[4]],
+                    len: c1 - c0,
+                };
+                let a = &mut acc[..c1 - c0];
+                simd::col_sums_i8(isa, x, &rows, a);
+                let o = pos - start;
+                for (d, &v) in chunk[o..o + a.len()].iter_mut().zip(a.iter()) {
+                    *d = requantize(v, n, qi, mult, qo);
+                }
+                pos += c1 - c0;
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalization_merges_like_xnnpack() {
+        let r = normalize(&[8, 4096, 64], &[1]);
+        assert_eq!((r.shape, r.contiguous, r.n, r.outputs), ([1, 1, 1, 8, 4096, 64], false, 4096, 512));
+        let r = normalize(&[8, 4096, 64], &[0, 2]);
+        assert_eq!((r.shape, r.contiguous, r.n), ([1, 1, 1, 8, 4096, 64], true, 512));
+        let r = normalize(&[1, 7, 7, 96], &[1, 2]);
+        assert_eq!((r.shape, r.contiguous, r.n, r.outputs), ([1, 1, 1, 1, 49, 96], false, 49, 96));
+        let r = normalize(&[2, 3, 1, 5, 6], &[2, 3, 4]);
+        assert_eq!((r.shape, r.contiguous, r.n), ([1, 1, 1, 1, 6, 30], true, 30));
+        let r = normalize(&[1, 1], &[0]);
+        assert_eq!((r.n, r.outputs), (1, 1));
+    }
+}

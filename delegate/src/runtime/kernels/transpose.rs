@@ -1,0 +1,135 @@
+//! Transpose of any permutation up to 6-D, normalized as XNNPACK does (size-1 dims dropped,
+//! dims adjacent in both orders merged; one dim left = a copy), with blocked tiles when the
+//! input's innermost dim becomes the output's second-innermost (NCHW<->NHWC and the like).
+//! Threaded over output rows.
+
+use super::{numel, strides, Ctx, View, ViewMut};
+
+/// `xnn_normalize_transpose_permutation`: returns the reduced (input shape, perm) where
+/// `out.shape[k] = in.shape[perm[k]]`.
+pub fn normalize(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    // Drop size-1 dims and renumber the remaining input dims.
+    let keep: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let renum = |d: usize| keep.iter().position(|&k| k == d);
+    let p: Vec<usize> = perm.iter().filter_map(|&d| renum(d)).collect();
+    let s: Vec<usize> = keep.iter().map(|&d| shape[d]).collect();
+    // Group output positions whose input dims are consecutive.
+    let mut groups: Vec<(usize, usize)> = Vec::new(); // (first input dim, count)
+    for &d in &p {
+        match groups.last_mut() {
+            Some((f, c)) if *f + *c == d => *c += 1,
+            _ => groups.push((d, 1)),
+        }
+    }
+    let mut by_input: Vec<usize> = (0..groups.len()).collect();
+    by_input.sort_by_key(|&g| groups[g].0);
+    let new_shape: Vec<usize> =
+        by_input.iter().map(|&g| (groups[g].0..groups[g].0 + groups[g].1).map(|d| s[d]).product()).collect();
+    let new_perm: Vec<usize> = (0..groups.len()).map(|g| by_input.iter().position(|&h| h == g).unwrap_or(0)).collect();
+    (new_shape, new_perm)
+}
+
+const TILE: usize = 32;
+
+/// Transposes `x` (row-major `shape`) by `perm` into `out`.
+pub fn transpose_typed<T: Copy + Send + Sync>(ctx: &Ctx, x: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
+    let n = numel(shape);
+    let (s, p) = normalize(shape, perm);
+    let bytes = 2 * n * std::mem::size_of::<T>();
+    let r = s.len();
+    if r <= 1 {
+        ctx.par_chunks(&mut out[..n], bytes, 1024, false, |st, c| c.copy_from_slice(&x[st..st + c.len()]));
+        return;
+    }
+    let ist = strides(&s);
+    let oshape: Vec<usize> = p.iter().map(|&d| s[d]).collect();
+    let inner = oshape[r - 1];
+    // Input stride of each output dim.
+    let ost_in: Vec<usize> = p.iter().map(|&d| ist[d]).collect();
+    let inner_stride = ost_in[r - 1];
+    let tiled = p[r - 2] == r - 1; // consecutive output rows step the input's innermost dim
+    let row_base = |row: usize| -> usize {
+        let mut rem = row;
+        let mut off = 0;
+        for k in (0..r - 1).rev() {
+            off += (rem % oshape[k]) * ost_in[k];
+            rem /= oshape[k];
+        }
+        off
+    };
+    let bdim = oshape[r - 2];
+    ctx.par_chunks(&mut out[..n], bytes, inner * if tiled { TILE } else { 1 }, false, |start, chunk| {
+        let row0 = start / inner;
+        let nrows = chunk.len() / inner;
+        if inner_stride == 1 {
+            for k in 0..nrows {
+                let b = row_base(row0 + k);
+                chunk[k * inner..(k + 1) * inner].copy_from_slice(&x[b..b + inner]);
+            }
+        } else if tiled {
+            // Rows row0.. step dim r-2 of the output, whose input stride is 1: copy TILE x TILE
+            // blocks so both the reads and the writes stay within a few cache lines.
+            let mut k = 0;
+            while k < nrows {
+                let row = row0 + k;
+                let j = row % bdim;
+                let h = TILE.min(bdim - j).min(nrows - k);
+                let b = row_base(row);
+                let mut i0 = 0;
+                while i0 < inner {
+                    let w = TILE.min(inner - i0);
+                    for jj in 0..h {
+                        let o = &mut chunk[(k + jj) * inner + i0..(k + jj) * inner + i0 + w];
+                        let src = b + jj + i0 * inner_stride;
+                        for (ii, d) in o.iter_mut().enumerate() {
+                            *d = x[src + ii * inner_stride];
+                        }
+                    }
+                    i0 += w;
+                }
+                k += h;
+            }
+        } else {
+            for k in 0..nrows {
+                let b = row_base(row0 + k);
+                for (i, d) in chunk[k * inner..(k + 1) * inner].iter_mut().enumerate() {
+                    *d = x[b + i * inner_stride];
+                }
+            }
+        }
+    });
+}
+
+/// Transpose of a typed view; `perm` must be a permutation of `0..shape.len()`.
+pub fn transpose(ctx: &Ctx, x: View, shape: &[usize], perm: &[usize], out: ViewMut) -> Result<(), String> {
+    let mut seen = vec![false; shape.len()];
+    if perm.len() != shape.len() || !perm.iter().all(|&d| d < shape.len() && !std::mem::replace(&mut seen[d], true)) {
+        return Err(format!("{perm:?} is not a permutation of rank {}", shape.len()));
+    }
+    let n = numel(shape);
+    if x.len() < n || out.len() < n {
+        return Err(format!("transpose of {n} elements with buffers of {} and {}", x.len(), out.len()));
+    }
+    match (x, out) {
+        (View::F32(x), ViewMut::F32(o)) => transpose_typed(ctx, x, shape, perm, o),
+        (View::I32(x), ViewMut::I32(o)) => transpose_typed(ctx, x, shape, perm, o),
+        (View::F16(x), ViewMut::F16(o)) => transpose_typed(ctx, x, shape, perm, o),
+        (View::Bf16(x), ViewMut::Bf16(o)) => transpose_typed(ctx, x, shape, perm, o),
+        (View::I8(x), ViewMut::I8(o)) => transpose_typed(ctx, x, shape, perm, o),
+        (x, o) => return Err(format!("transpose from {} to {}", x.type_name(), o.type_name())),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalization_drops_and_merges() {
+        assert_eq!(normalize(&[1, 8, 4, 5], &[0, 2, 3, 1]), (vec![8, 20], vec![1, 0]));
+        assert_eq!(normalize(&[2, 8, 1, 1], &[0, 2, 3, 1]), (vec![16], vec![0]));
+        assert_eq!(normalize(&[2, 3, 4], &[1, 0, 2]), (vec![2, 3, 4], vec![1, 0, 2]));
+        assert_eq!(normalize(&[2, 3, 4, 5], &[2, 3, 0, 1]), (vec![6, 20], vec![1, 0]));
+    }
+}

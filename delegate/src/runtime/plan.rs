@@ -1,0 +1,736 @@
+//! Execution plan of one loaded delegate segment: value ids mapped to storage (external
+//! inputs borrowed, constants decoded once, outputs written straight into the returned
+//! tensors, intermediates in blocks reused by liveness), nodes decoded into kernels, and
+//! shapes propagated per node at run time (value dims are upper bounds).
+
+use super::kernels::conv::ConvGeom;
+use super::kernels::elementwise::{broadcast_shape, Unary};
+use super::kernels::linear::FLAG_TRANSPOSE_WEIGHTS;
+use super::kernels::{self, numel, Ctx, Quant, Scratch, View, ViewMut};
+use super::simd::{self, BinOp, Line};
+use super::RuntimeError;
+use crate::xnn::{
+    QuantParams, XNodeKind, XnnDatatype, XnnGraph, FLAG_KEEP_DIMS, INVALID_VALUE_ID, VALUE_FLAG_EXTERNAL_INPUT,
+    VALUE_FLAG_EXTERNAL_OUTPUT,
+};
+use half::{bf16, f16};
+use std::collections::HashMap;
+
+/// Element storage type of a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dt {
+    F32,
+    F16,
+    Bf16,
+    I8,
+    I32,
+}
+
+impl Dt {
+    fn of(d: XnnDatatype) -> Option<Dt> {
+        use XnnDatatype::*;
+        Some(match d {
+            Fp32 => Dt::F32,
+            Fp16 => Dt::F16,
+            Bf16 => Dt::Bf16,
+            Qint8 | Qcint8 => Dt::I8,
+            Qint32 | Qcint32 | Int32 => Dt::I32,
+            _ => return None,
+        })
+    }
+    pub fn size(self) -> usize {
+        match self {
+            Dt::F32 | Dt::I32 => 4,
+            Dt::F16 | Dt::Bf16 => 2,
+            Dt::I8 => 1,
+        }
+    }
+}
+
+/// An owned typed buffer (constants, segment outputs).
+#[derive(Clone, Debug)]
+pub enum Owned {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+    I8(Vec<i8>),
+    I32(Vec<i32>),
+}
+
+impl Owned {
+    pub fn zeros(dt: Dt, n: usize) -> Owned {
+        match dt {
+            Dt::F32 => Owned::F32(vec![0.0; n]),
+            Dt::F16 => Owned::F16(vec![f16::ZERO; n]),
+            Dt::Bf16 => Owned::Bf16(vec![bf16::ZERO; n]),
+            Dt::I8 => Owned::I8(vec![0; n]),
+            Dt::I32 => Owned::I32(vec![0; n]),
+        }
+    }
+    pub fn view(&self) -> View<'_> {
+        match self {
+            Owned::F32(v) => View::F32(v),
+            Owned::F16(v) => View::F16(v),
+            Owned::Bf16(v) => View::Bf16(v),
+            Owned::I8(v) => View::I8(v),
+            Owned::I32(v) => View::I32(v),
+        }
+    }
+    pub fn view_mut(&mut self) -> ViewMut<'_> {
+        match self {
+            Owned::F32(v) => ViewMut::F32(v),
+            Owned::F16(v) => ViewMut::F16(v),
+            Owned::Bf16(v) => ViewMut::Bf16(v),
+            Owned::I8(v) => ViewMut::I8(v),
+            Owned::I32(v) => ViewMut::I32(v),
+        }
+    }
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Owned::F32(v) => v.truncate(n),
+            Owned::F16(v) => v.truncate(n),
+            Owned::Bf16(v) => v.truncate(n),
+            Owned::I8(v) => v.truncate(n),
+            Owned::I32(v) => v.truncate(n),
+        }
+    }
+}
+
+fn block_view(b: &[Line], dt: Dt, n: usize) -> View<'_> {
+    match dt {
+        Dt::F32 => View::F32(&simd::cast::<f32>(b)[..n]),
+        Dt::F16 => View::F16(&simd::cast::<f16>(b)[..n]),
+        Dt::Bf16 => View::Bf16(&simd::cast::<bf16>(b)[..n]),
+        Dt::I8 => View::I8(&simd::cast::<i8>(b)[..n]),
+        Dt::I32 => View::I32(&simd::cast::<i32>(b)[..n]),
+    }
+}
+
+fn block_view_mut(b: &mut [Line], dt: Dt, n: usize) -> ViewMut<'_> {
+    match dt {
+        Dt::F32 => ViewMut::F32(&mut simd::cast_mut::<f32>(b)[..n]),
+        Dt::F16 => ViewMut::F16(&mut simd::cast_mut::<f16>(b)[..n]),
+        Dt::Bf16 => ViewMut::Bf16(&mut simd::cast_mut::<bf16>(b)[..n]),
+        Dt::I8 => ViewMut::I8(&mut simd::cast_mut::<i8>(b)[..n]),
+        Dt::I32 => ViewMut::I32(&mut simd::cast_mut::<i32>(b)[..n]),
+    }
+}
+
+/// Where a value lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loc {
+    /// The segment's `k`-th input tensor (external id `k`).
+    Input(usize),
+    /// The segment's `k`-th output (external id `num_inputs + k`).
+    Output(usize),
+    Const(usize),
+    /// An intermediate block, shared with values whose lifetimes do not overlap.
+    Block(usize),
+    /// Defined by the graph but never read or written by a node we run.
+    Unused,
+}
+
+#[derive(Clone, Debug)]
+pub struct ValuePlan {
+    pub dt: Dt,
+    /// Upper bounds (physical order).
+    pub dims: Vec<usize>,
+    pub max_numel: usize,
+    pub quant: Option<Quant>,
+    pub loc: Loc,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kernel {
+    Binary(BinOp),
+    Unary(Unary),
+    Convert,
+    Gap { keep: bool },
+    Mean { axes: Vec<usize>, keep: bool },
+    Transpose { perm: Vec<usize> },
+    Reshape { new_shape: Vec<usize> },
+    Conv(ConvGeom),
+    FullyConnected { transpose_weights: bool },
+}
+
+#[derive(Clone, Debug)]
+pub struct NodePlan {
+    /// Index in the loaded graph's `nodes`.
+    pub index: usize,
+    pub kernel: Kernel,
+    /// Value indices read (bias optional, last).
+    pub inputs: Vec<usize>,
+    pub output: usize,
+    pub act: Option<(f32, f32)>,
+}
+
+/// A compiled segment.
+#[derive(Debug)]
+pub struct SegmentPlan {
+    pub segment: usize,
+    pub values: Vec<ValuePlan>,
+    pub nodes: Vec<NodePlan>,
+    pub consts: Vec<Owned>,
+    /// Value index bound to each segment input / output.
+    pub input_values: Vec<usize>,
+    pub output_values: Vec<usize>,
+    /// Capacity in lines of each intermediate block.
+    pub block_lines: Vec<usize>,
+}
+
+fn bad(segment: usize, node: usize, what: impl Into<String>) -> RuntimeError {
+    RuntimeError::InvalidGraph { segment, node, what: what.into() }
+}
+
+impl SegmentPlan {
+    /// Compiles a graph returned by the loader. `n_inputs`/`n_outputs` are the segment's
+    /// slot counts: external ids `0..n_inputs` are inputs, the next `n_outputs` outputs.
+    pub fn compile(
+        segment: usize,
+        g: &XnnGraph,
+        n_inputs: usize,
+        n_outputs: usize,
+    ) -> Result<SegmentPlan, RuntimeError> {
+        let unsupported = |what: String| RuntimeError::Unsupported { segment, what };
+        // id_out -> value index.
+        let mut ids: HashMap<u32, usize> = HashMap::new();
+        let mut values = Vec::with_capacity(g.values.len());
+        let mut input_values = vec![usize::MAX; n_inputs];
+        let mut output_values = vec![usize::MAX; n_outputs];
+        let mut consts = Vec::new();
+        for (vi, v) in g.values.iter().enumerate() {
+            if ids.insert(v.id_out, vi).is_some() {
+                return Err(bad(segment, vi, format!("value id {} defined twice", v.id_out)));
+            }
+            let dt =
+                Dt::of(v.datatype).ok_or_else(|| unsupported(format!("value {vi}: datatype {}", v.datatype.name())))?;
+            if v.dims.len() > 6 {
+                return Err(bad(segment, vi, format!("value of rank {} above 6", v.dims.len())));
+            }
+            let dims: Vec<usize> = v.dims.iter().map(|&d| d as usize).collect();
+            let max_numel = dims
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .filter(|&n| n <= reference::graph::MAX_NUMEL)
+                .ok_or_else(|| bad(segment, vi, format!("value dims {dims:?} too large")))?;
+            let quant = match &v.quant {
+                None => None,
+                Some(QuantParams::PerTensor { scale, zero_point }) => {
+                    if !(scale.is_finite() && *scale > 0.0) {
+                        return Err(bad(segment, vi, format!("quantization scale {scale}")));
+                    }
+                    Some(Quant { scale: *scale, zero_point: *zero_point })
+                }
+                Some(other) => return Err(unsupported(format!("value {vi}: quantization {other:?}"))),
+            };
+            if dt == Dt::I8 && quant.is_none() && v.datatype == XnnDatatype::Qint8 {
+                return Err(bad(segment, vi, "qint8 value without quantization parameters"));
+            }
+            let ext = v.external_id != INVALID_VALUE_ID;
+            let loc = if ext && v.flags & VALUE_FLAG_EXTERNAL_INPUT != 0 {
+                let k = v.external_id as usize;
+                if k >= n_inputs || input_values[k] != usize::MAX {
+                    return Err(bad(segment, vi, format!("external input id {k} not bound to a segment input")));
+                }
+                input_values[k] = vi;
+                Loc::Input(k)
+            } else if ext && v.flags & VALUE_FLAG_EXTERNAL_OUTPUT != 0 {
+                let k = (v.external_id as usize).checked_sub(n_inputs).filter(|&k| k < n_outputs);
+                let k =
+                    k.ok_or_else(|| bad(segment, vi, format!("external output id {} out of range", v.external_id)))?;
+                if output_values[k] != usize::MAX {
+                    return Err(bad(segment, vi, format!("external output id {} bound twice", v.external_id)));
+                }
+                output_values[k] = vi;
+                Loc::Output(k)
+            } else if v.constant_buffer_idx != 0 {
+                consts.push(decode_constant(segment, vi, g, v.constant_buffer_idx as usize, dt, max_numel)?);
+                Loc::Const(consts.len() - 1)
+            } else {
+                Loc::Unused
+            };
+            values.push(ValuePlan { dt, dims, max_numel, quant, loc });
+        }
+        if let Some(k) = input_values.iter().position(|&v| v == usize::MAX) {
+            return Err(RuntimeError::InvalidProgram(format!("segment {segment}: input {k} has no external value")));
+        }
+        if let Some(k) = output_values.iter().position(|&v| v == usize::MAX) {
+            return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} has no external value")));
+        }
+
+        let id = |node: usize, id: u32| -> Result<usize, RuntimeError> {
+            ids.get(&id).copied().ok_or_else(|| bad(segment, node, format!("unknown value id {id}")))
+        };
+        let mut nodes = Vec::with_capacity(g.nodes.len());
+        let mut defined: Vec<bool> = values.iter().map(|v| matches!(v.loc, Loc::Input(_) | Loc::Const(_))).collect();
+        for (ni, n) in g.nodes.iter().enumerate() {
+            let kernel = match &n.kind {
+                XNodeKind::Add { .. } => Kernel::Binary(BinOp::Add),
+                XNodeKind::Subtract { .. } => Kernel::Binary(BinOp::Sub),
+                XNodeKind::Multiply { .. } => Kernel::Binary(BinOp::Mul),
+                XNodeKind::Div { .. } => Kernel::Binary(BinOp::Div),
+                XNodeKind::Square { .. } => Kernel::Unary(Unary::Square),
+                XNodeKind::ReciprocalSquareRoot { .. } => Kernel::Unary(Unary::Rsqrt),
+                // XNNClamp's bounds are the node's output_min/max.
+                XNodeKind::Clamp { .. } | XNodeKind::Copy { .. } => Kernel::Unary(Unary::Copy),
+                XNodeKind::Convert { .. } => Kernel::Convert,
+                XNodeKind::GlobalAvgPooling2d { flags, .. } => Kernel::Gap { keep: flags & FLAG_KEEP_DIMS != 0 },
+                XNodeKind::StaticMean { reduction_axes, flags, .. } => {
+                    let axes: Vec<usize> = reduction_axes.iter().map(|&a| a as usize).collect();
+                    if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
+                        return Err(bad(
+                            segment,
+                            ni,
+                            format!("reduction axes {axes:?} must be sorted, unique, non-empty"),
+                        ));
+                    }
+                    Kernel::Mean { axes, keep: flags & FLAG_KEEP_DIMS != 0 }
+                }
+                XNodeKind::StaticTranspose { perm, .. } => {
+                    Kernel::Transpose { perm: perm.iter().map(|&p| p as usize).collect() }
+                }
+                XNodeKind::StaticReshape { new_shape, .. } => {
+                    Kernel::Reshape { new_shape: new_shape.iter().map(|&p| p as usize).collect() }
+                }
+                XNodeKind::Conv2d(c) | XNodeKind::DepthwiseConv2d(c) => Kernel::Conv(ConvGeom {
+                    padding: [c.padding_top, c.padding_right, c.padding_bottom, c.padding_left].map(|p| p as usize),
+                    kernel: [c.kernel_height as usize, c.kernel_width as usize],
+                    stride: [c.subsampling_height as usize, c.subsampling_width as usize],
+                    dilation: [c.dilation_height as usize, c.dilation_width as usize],
+                    groups: c.groups as usize,
+                    group_in: c.group_input_channels as usize,
+                    group_out: c.group_output_channels as usize,
+                    depthwise: matches!(n.kind, XNodeKind::DepthwiseConv2d(_)),
+                }),
+                XNodeKind::FullyConnected { flags, .. } => {
+                    Kernel::FullyConnected { transpose_weights: flags & FLAG_TRANSPOSE_WEIGHTS != 0 }
+                }
+                other => return Err(unsupported(format!("node {ni}: {}", other.type_name()))),
+            };
+            let inputs = n.kind.inputs().iter().map(|&i| id(ni, i)).collect::<Result<Vec<_>, _>>()?;
+            let output = id(ni, n.kind.output().unwrap_or(INVALID_VALUE_ID))?;
+            if let Some(&u) = inputs.iter().find(|&&i| !defined[i]) {
+                return Err(bad(segment, ni, format!("reads value {u} before any node defines it")));
+            }
+            match values[output].loc {
+                Loc::Input(_) | Loc::Const(_) => {
+                    return Err(bad(segment, ni, "writes an external input or a constant"));
+                }
+                _ if defined[output] => return Err(bad(segment, ni, "writes a value defined earlier")),
+                _ => {}
+            }
+            defined[output] = true;
+            let act = n.output_min_max.filter(|(lo, hi)| lo.is_finite() || hi.is_finite());
+            if let Some((lo, hi)) = act {
+                if lo.is_nan() || hi.is_nan() || lo > hi {
+                    return Err(bad(segment, ni, format!("output range [{lo}, {hi}]")));
+                }
+            }
+            check_types(segment, ni, &kernel, &inputs, output, &values)?;
+            nodes.push(NodePlan { index: ni, kernel, inputs, output, act });
+        }
+        if let Some(k) = output_values.iter().position(|&v| !defined[v]) {
+            return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} is never written")));
+        }
+
+        // Liveness-based block assignment for intermediates.
+        let mut last_use = vec![0usize; values.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            for &v in &n.inputs {
+                last_use[v] = i;
+            }
+            last_use[n.output] = last_use[n.output].max(i);
+        }
+        let mut block_lines: Vec<usize> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let o = n.output;
+            if values[o].loc == Loc::Unused {
+                let need = (values[o].max_numel * values[o].dt.size()).div_ceil(64).max(1);
+                // Best fit among free blocks; otherwise grow the largest free one or add a block.
+                let pick = free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &b)| block_lines[b] >= need)
+                    .min_by_key(|(_, &b)| block_lines[b])
+                    .or_else(|| free.iter().enumerate().max_by_key(|(_, &b)| block_lines[b]))
+                    .map(|(k, _)| k);
+                let b = match pick {
+                    Some(k) => free.swap_remove(k),
+                    None => {
+                        block_lines.push(0);
+                        block_lines.len() - 1
+                    }
+                };
+                block_lines[b] = block_lines[b].max(need);
+                values[o].loc = Loc::Block(b);
+            }
+            let mut dead: Vec<usize> = n.inputs.iter().copied().chain([o]).filter(|&v| last_use[v] == i).collect();
+            dead.dedup();
+            for v in dead {
+                if let Loc::Block(b) = values[v].loc {
+                    if !free.contains(&b) {
+                        free.push(b);
+                    }
+                }
+            }
+        }
+        Ok(SegmentPlan { segment, values, nodes, consts, input_values, output_values, block_lines })
+    }
+}
+
+fn decode_constant(
+    segment: usize,
+    vi: usize,
+    g: &XnnGraph,
+    idx: usize,
+    dt: Dt,
+    n: usize,
+) -> Result<Owned, RuntimeError> {
+    let cd = g.constant_data.get(idx).ok_or_else(|| bad(segment, vi, format!("constant buffer {idx} missing")))?;
+    if cd.named_key.is_some() || cd.offset == u64::MAX {
+        return Err(RuntimeError::Unsupported { segment, what: format!("value {vi}: named constant data") });
+    }
+    let bytes = n * dt.size();
+    let start = usize::try_from(cd.offset).ok();
+    let range = start.and_then(|s| Some(s..s.checked_add(bytes)?)).filter(|r| r.end <= g.constant_bytes.len());
+    let range = range.filter(|_| cd.size as usize >= bytes);
+    let r = range.ok_or_else(|| bad(segment, vi, format!("constant of {bytes} bytes outside the constant region")))?;
+    let b = &g.constant_bytes[r];
+    Ok(match dt {
+        Dt::F32 => Owned::F32(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+        Dt::I32 => Owned::I32(b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+        Dt::F16 => Owned::F16(b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()),
+        Dt::Bf16 => Owned::Bf16(b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]])).collect()),
+        Dt::I8 => Owned::I8(b.iter().map(|&v| v as i8).collect()),
+    })
+}
+
+/// Datatype combinations each kernel runs (checked at load time, like XNNPACK's define step).
+fn check_types(
+    segment: usize,
+    ni: usize,
+    k: &Kernel,
+    ins: &[usize],
+    out: usize,
+    v: &[ValuePlan],
+) -> Result<(), RuntimeError> {
+    let dt = |i: usize| v[i].dt;
+    let float = |d: Dt| matches!(d, Dt::F32 | Dt::F16 | Dt::Bf16);
+    let o = dt(out);
+    let ok = match k {
+        Kernel::Binary(_) => ins.len() == 2 && float(o) && dt(ins[0]) == o && dt(ins[1]) == o,
+        Kernel::Unary(_) => ins.len() == 1 && float(o) && dt(ins[0]) == o,
+        Kernel::Convert => {
+            ins.len() == 1
+                && matches!(
+                    (dt(ins[0]), o),
+                    (Dt::F32, Dt::F16 | Dt::Bf16 | Dt::I8 | Dt::F32) | (Dt::F16 | Dt::Bf16 | Dt::I8, Dt::F32)
+                )
+        }
+        Kernel::Gap { .. } | Kernel::Mean { .. } => {
+            ins.len() == 1 && (float(o) && float(dt(ins[0])) || (o == Dt::I8 && dt(ins[0]) == Dt::I8))
+        }
+        Kernel::Transpose { .. } | Kernel::Reshape { .. } => ins.len() == 1 && dt(ins[0]) == o,
+        Kernel::Conv(_) | Kernel::FullyConnected { .. } => {
+            (2..=3).contains(&ins.len()) && float(o) && ins.iter().all(|&i| float(dt(i))) && dt(ins[0]) == o
+        }
+    };
+    if !ok {
+        let types: Vec<Dt> = ins.iter().map(|&i| dt(i)).collect();
+        return Err(RuntimeError::Unsupported { segment, what: format!("node {ni}: {k:?} from {types:?} to {o:?}") });
+    }
+    let needs_q = |i: usize| v[i].dt == Dt::I8 && v[i].quant.is_none();
+    if ins.iter().chain([&out]).any(|&i| needs_q(i)) && !matches!(k, Kernel::Transpose { .. } | Kernel::Reshape { .. })
+    {
+        return Err(bad(segment, ni, "int8 value without per-tensor quantization"));
+    }
+    Ok(())
+}
+
+/// Output shape of a node for concrete input shapes.
+fn infer_shape(
+    k: &Kernel,
+    shapes: &[&[usize]],
+    w_dims: Option<&[usize]>,
+    in_numel: usize,
+) -> Result<Vec<usize>, String> {
+    let x = shapes[0];
+    Ok(match k {
+        Kernel::Binary(_) => broadcast_shape(shapes[0], shapes[1])
+            .ok_or_else(|| format!("shapes {:?} and {:?} do not broadcast", shapes[0], shapes[1]))?,
+        Kernel::Unary(_) | Kernel::Convert => x.to_vec(),
+        Kernel::Gap { keep } => {
+            if x.len() != 4 {
+                return Err(format!("global average pooling of rank {}", x.len()));
+            }
+            if *keep {
+                vec![x[0], 1, 1, x[3]]
+            } else {
+                vec![x[0], x[3]]
+            }
+        }
+        Kernel::Mean { axes, keep } => {
+            if axes.iter().any(|&a| a >= x.len()) {
+                return Err(format!("reduction axes {axes:?} out of range for rank {}", x.len()));
+            }
+            let mut s = Vec::new();
+            for (i, &d) in x.iter().enumerate() {
+                if !axes.contains(&i) {
+                    s.push(d);
+                } else if *keep {
+                    s.push(1);
+                }
+            }
+            s
+        }
+        Kernel::Transpose { perm } => {
+            if perm.len() != x.len() {
+                return Err(format!("permutation {perm:?} for rank {}", x.len()));
+            }
+            perm.iter()
+                .map(|&p| x.get(p).copied().ok_or_else(|| format!("bad permutation {perm:?}")))
+                .collect::<Result<_, _>>()?
+        }
+        Kernel::Reshape { new_shape } => {
+            // XNNPACK: a 0 entry is inferred from the element count.
+            let known: usize = new_shape.iter().filter(|&&d| d != 0).product();
+            let zeros = new_shape.iter().filter(|&&d| d == 0).count();
+            let mut s = new_shape.clone();
+            if zeros == 1 && known > 0 && in_numel % known == 0 {
+                for d in s.iter_mut().filter(|d| **d == 0) {
+                    *d = in_numel / known;
+                }
+            }
+            if numel(&s) != in_numel || zeros > 1 {
+                return Err(format!("cannot reshape {x:?} to {new_shape:?}"));
+            }
+            s
+        }
+        Kernel::Conv(g) => g.output_shape(x)?,
+        Kernel::FullyConnected { transpose_weights } => {
+            let w = w_dims.ok_or("fully connected without filter")?;
+            if w.len() != 2 || x.is_empty() {
+                return Err(format!("fully connected input {x:?} filter {w:?}"));
+            }
+            let (n, k) = if *transpose_weights { (w[1], w[0]) } else { (w[0], w[1]) };
+            if x[x.len() - 1] != k {
+                return Err(format!("fully connected input {x:?} with filter {w:?}"));
+            }
+            let mut s = x.to_vec();
+            *s.last_mut().unwrap_or(&mut 0) = n;
+            s
+        }
+    })
+}
+
+/// Mutable per-run state of a segment: intermediate blocks, reused across runs.
+#[derive(Debug, Default)]
+pub struct SegmentState {
+    blocks: Vec<Vec<Line>>,
+}
+
+/// A bound segment input: typed data plus physical dims.
+pub struct BoundInput<'a> {
+    pub view: View<'a>,
+    pub dims: Vec<usize>,
+}
+
+/// A produced segment output: typed data and physical dims.
+pub struct SegmentOutput {
+    pub data: Owned,
+    pub dims: Vec<usize>,
+}
+
+impl SegmentPlan {
+    pub fn new_state(&self) -> SegmentState {
+        SegmentState { blocks: self.block_lines.iter().map(|&n| vec![Line::default(); n]).collect() }
+    }
+
+    /// Runs the segment. `step` labels errors.
+    pub fn run(
+        &self,
+        ctx: &Ctx,
+        state: &mut SegmentState,
+        scratch: &mut Scratch,
+        inputs: &[BoundInput],
+        step: usize,
+    ) -> Result<Vec<SegmentOutput>, RuntimeError> {
+        let shape_err = |what: String| RuntimeError::Shape { step, what };
+        if inputs.len() != self.input_values.len() {
+            return Err(RuntimeError::InvalidProgram(format!(
+                "segment {} got {} inputs, needs {}",
+                self.segment,
+                inputs.len(),
+                self.input_values.len()
+            )));
+        }
+        if state.blocks.len() != self.block_lines.len() {
+            *state = self.new_state();
+        }
+        let mut shapes: Vec<Vec<usize>> = self.values.iter().map(|v| v.dims.clone()).collect();
+        for (k, inp) in inputs.iter().enumerate() {
+            let v = &self.values[self.input_values[k]];
+            if inp.dims.len() != v.dims.len() || inp.dims.iter().zip(&v.dims).any(|(&a, &b)| a > b || a == 0) {
+                return Err(shape_err(format!("input {k} dims {:?} exceed the value's bounds {:?}", inp.dims, v.dims)));
+            }
+            if inp.view.len() != numel(&inp.dims) {
+                return Err(shape_err(format!("input {k} holds {} elements for dims {:?}", inp.view.len(), inp.dims)));
+            }
+            shapes[self.input_values[k]] = inp.dims.clone();
+        }
+        let mut outs: Vec<Option<Owned>> = self.output_values.iter().map(|_| None).collect();
+        for n in &self.nodes {
+            let in_shapes: Vec<&[usize]> = n.inputs.iter().map(|&i| shapes[i].as_slice()).collect();
+            let w_dims = n.inputs.get(1).map(|&i| shapes[i].as_slice());
+            let in_numel = numel(in_shapes[0]);
+            let oshape = infer_shape(&n.kernel, &in_shapes, w_dims, in_numel)
+                .map_err(|e| shape_err(format!("node {} ({:?}): {e}", n.index, n.kernel)))?;
+            let ov = &self.values[n.output];
+            let on = numel(&oshape);
+            if on > ov.max_numel {
+                return Err(shape_err(format!(
+                    "node {}: output {oshape:?} above the value's bounds {:?}",
+                    n.index, ov.dims
+                )));
+            }
+            // Take the destination out of its home so inputs can be borrowed alongside.
+            let mut taken_block: Option<(usize, Vec<Line>)> = None;
+            let mut taken_out: Option<(usize, Owned)> = None;
+            match ov.loc {
+                Loc::Block(b) => taken_block = Some((b, std::mem::take(&mut state.blocks[b]))),
+                Loc::Output(k) => taken_out = Some((k, Owned::zeros(ov.dt, on))),
+                _ => return Err(RuntimeError::InvalidProgram(format!("node {} writes a read-only value", n.index))),
+            }
+            let result = {
+                let view_of = |vi: usize| -> View<'_> {
+                    let v = &self.values[vi];
+                    let cnt = numel(&shapes[vi]);
+                    match v.loc {
+                        Loc::Input(k) => inputs[k].view,
+                        Loc::Const(c) => self.consts[c].view(),
+                        Loc::Block(b) => block_view(&state.blocks[b], v.dt, cnt),
+                        Loc::Output(k) => outs[k].as_ref().map_or(View::F32(&[]), |o| o.view()),
+                        Loc::Unused => View::F32(&[]),
+                    }
+                };
+                let ins: Vec<View> = n.inputs.iter().map(|&i| view_of(i)).collect();
+                let out: ViewMut = match (&mut taken_block, &mut taken_out) {
+                    (Some((_, b)), _) => block_view_mut(b, ov.dt, on),
+                    (_, Some((_, o))) => o.view_mut(),
+                    _ => unreachable!("destination taken above"),
+                };
+                self.exec(ctx, n, &ins, &in_shapes, out, &oshape, scratch)
+            };
+            if let Some((b, blk)) = taken_block {
+                state.blocks[b] = blk;
+            }
+            if let Some((k, o)) = taken_out {
+                outs[k] = Some(o);
+            }
+            result
+                .map_err(|e| RuntimeError::Shape { step, what: format!("node {} ({:?}): {e}", n.index, n.kernel) })?;
+            shapes[n.output] = oshape;
+        }
+        let mut res = Vec::with_capacity(outs.len());
+        for (k, o) in outs.into_iter().enumerate() {
+            let vi = self.output_values[k];
+            let data = o.ok_or_else(|| RuntimeError::InvalidProgram(format!("output {k} never written")))?;
+            res.push(SegmentOutput { data, dims: shapes[vi].clone() });
+        }
+        Ok(res)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn exec(
+        &self,
+        ctx: &Ctx,
+        n: &NodePlan,
+        ins: &[View],
+        in_shapes: &[&[usize]],
+        out: ViewMut,
+        oshape: &[usize],
+        scratch: &mut Scratch,
+    ) -> Result<(), String> {
+        let qpair =
+            || -> Option<(Quant, Quant)> { Some((self.values[n.inputs[0]].quant?, self.values[n.output].quant?)) };
+        let x_n = numel(in_shapes[0]);
+        let x = ins[0].prefix(x_n.min(ins[0].len()));
+        if x.len() != x_n {
+            return Err(format!("input holds {} elements for dims {:?}", x.len(), in_shapes[0]));
+        }
+        // Kernels without a fused output range get a clamp pass after them (XNNPACK appends a
+        // clamp node for GAP and static reduce with a finite range).
+        let post_clamp = matches!(
+            n.kernel,
+            Kernel::Convert
+                | Kernel::Gap { .. }
+                | Kernel::Mean { .. }
+                | Kernel::Transpose { .. }
+                | Kernel::Reshape { .. }
+        );
+        let (out, clamp_after) = match (n.act, post_clamp, out) {
+            (Some(r), true, ViewMut::F32(o)) => (ViewMut::F32(o), Some(r)),
+            (Some(_), true, _) => return Err("an output range on a non-fp32 reduction or copy".into()),
+            (_, _, o) => (o, None),
+        };
+        let mut out = out;
+        let out_re = match &mut out {
+            ViewMut::F32(o) => ViewMut::F32(o),
+            ViewMut::F16(o) => ViewMut::F16(o),
+            ViewMut::Bf16(o) => ViewMut::Bf16(o),
+            ViewMut::I8(o) => ViewMut::I8(o),
+            ViewMut::I32(o) => ViewMut::I32(o),
+        };
+        match &n.kernel {
+            Kernel::Binary(op) => {
+                let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
+                kernels::elementwise::binary(ctx, *op, x, in_shapes[0], b, in_shapes[1], out_re, oshape, n.act, scratch)
+            }
+            Kernel::Unary(f) => kernels::elementwise::unary(ctx, *f, x, out_re, n.act, scratch),
+            Kernel::Convert => {
+                let q = self.values[n.inputs[0]].quant.or(self.values[n.output].quant);
+                kernels::convert::convert(ctx, x, out_re, q)
+            }
+            Kernel::Gap { .. } => kernels::gap::gap_nhwc(ctx, x, in_shapes[0], out_re, qpair(), scratch),
+            Kernel::Mean { axes, .. } => kernels::mean::mean(ctx, x, in_shapes[0], axes, out_re, qpair(), scratch),
+            Kernel::Transpose { perm } => kernels::transpose::transpose(ctx, x, in_shapes[0], perm, out_re),
+            Kernel::Reshape { .. } => kernels::copy(x, out_re),
+            Kernel::Conv(g) => kernels::conv::conv2d(
+                ctx,
+                g,
+                x,
+                in_shapes[0],
+                ins[1],
+                ins.get(2).copied(),
+                out_re,
+                oshape,
+                n.act,
+                scratch,
+            ),
+            Kernel::FullyConnected { transpose_weights } => {
+                let w = in_shapes[1];
+                let (nn, k) = if *transpose_weights { (w[1], w[0]) } else { (w[0], w[1]) };
+                let m = x_n / k.max(1);
+                let b = ins.get(2).copied();
+                kernels::linear::fully_connected(
+                    ctx,
+                    x,
+                    m,
+                    k,
+                    ins[1],
+                    nn,
+                    *transpose_weights,
+                    b,
+                    out_re,
+                    n.act,
+                    scratch,
+                )
+            }
+        }?;
+        if let (Some((lo, hi)), ViewMut::F32(o)) = (clamp_after, out) {
+            kernels::elementwise::clamp_f32(ctx, o, lo, hi);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! A loaded program: delegate segments (serialized, loaded back, planned) and portable ops,
+//! run in order over program-level slots.
+
+use super::kernels::{portable, Ctx, Scratch, View};
+use super::plan::{BoundInput, Owned, SegmentPlan, SegmentState};
+use super::pool::Pool;
+use super::simd::Isa;
+use super::{resolve_simd, RunOptions, RuntimeError};
+use crate::program::{LoweredProgram, PortableOp, SlotId, Step};
+use crate::serialize::{self, LoadLimits};
+use reference::{ElemType, GraphErrorKind, MemoryFormat, Tensor, TensorData, TensorSpec};
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+enum ExecStep {
+    Delegate { plan: SegmentPlan, inputs: Vec<SlotId>, outputs: Vec<SlotId> },
+    Portable(PortableOp),
+}
+
+struct RunState {
+    segments: Vec<SegmentState>,
+    scratch: Scratch,
+}
+
+/// An executable program. `run` takes `&self`; concurrent calls are serialized.
+pub struct Program {
+    slots: Vec<TensorSpec>,
+    constants: Vec<(SlotId, Tensor)>,
+    inputs: Vec<SlotId>,
+    outputs: Vec<SlotId>,
+    steps: Vec<ExecStep>,
+    payloads: Vec<Vec<u8>>,
+    /// Per slot: index of the last step reading it (`usize::MAX` for program outputs).
+    last_use: Vec<usize>,
+    pool: Pool,
+    isa: Isa,
+    opts: RunOptions,
+    state: Mutex<RunState>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("steps", &self.steps.len())
+            .field("threads", &self.pool.threads())
+            .field("isa", &self.isa.name())
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+fn storage_type(dt: ElemType) -> super::plan::Dt {
+    use super::plan::Dt;
+    match dt {
+        ElemType::F32 => Dt::F32,
+        ElemType::F16 => Dt::F16,
+        ElemType::Bf16 => Dt::Bf16,
+        ElemType::Qs8 => Dt::I8,
+    }
+}
+
+/// Physical order of a tensor's logical dims in `format` (identity where it does not apply).
+fn dim_order(format: MemoryFormat, rank: usize) -> Vec<usize> {
+    if format.required_rank() == Some(rank) {
+        format.dim_order(rank)
+    } else {
+        (0..rank).collect()
+    }
+}
+
+fn view_of(t: &Tensor) -> View<'_> {
+    match &t.data {
+        TensorData::F32(v) => View::F32(v),
+        TensorData::F16(v) => View::F16(v),
+        TensorData::Bf16(v) => View::Bf16(v),
+        TensorData::Qs8(v) => View::I8(v),
+    }
+}
+
+impl Program {
+    /// Serializes every delegate segment, loads it back through the loader, and plans what the
+    /// loader returned. Starts the pool (`opts.threads - 1` workers).
+    pub fn new(lowered: &LoweredProgram, opts: &RunOptions) -> Result<Program, RuntimeError> {
+        let isa = resolve_simd(opts.simd)?;
+        let nslots = lowered.slots.len();
+        let check_slot = |s: SlotId, what: &str| {
+            if s < nslots {
+                Ok(s)
+            } else {
+                Err(RuntimeError::InvalidProgram(format!("{what} refers to slot {s} of {nslots}")))
+            }
+        };
+        for &s in lowered.inputs.iter().chain(&lowered.outputs) {
+            check_slot(s, "program input/output")?;
+        }
+        for (s, t) in &lowered.constants {
+            check_slot(*s, "constant")?;
+            lowered.slots[*s]
+                .check_tensor(t)
+                .map_err(|e| RuntimeError::InvalidProgram(format!("constant slot {s}: {e}")))?;
+        }
+        let mut steps = Vec::with_capacity(lowered.steps.len());
+        let mut payloads = Vec::new();
+        for (i, step) in lowered.steps.iter().enumerate() {
+            match step {
+                Step::Delegate(seg) => {
+                    for &s in seg.inputs.iter().chain(&seg.outputs) {
+                        check_slot(s, "segment")?;
+                    }
+                    let segment = payloads.len();
+                    let bytes = serialize::write(&seg.graph);
+                    let loaded = serialize::load(&bytes, &LoadLimits::default())
+                        .map_err(|e| RuntimeError::Load { segment, message: e.to_string() })?;
+                    let plan = SegmentPlan::compile(segment, &loaded, seg.inputs.len(), seg.outputs.len())?;
+                    // Hand-offs must agree on element types and ranks.
+                    let pairs =
+                        seg.inputs.iter().zip(&plan.input_values).chain(seg.outputs.iter().zip(&plan.output_values));
+                    for (&slot, &vi) in pairs {
+                        let (spec, v) = (&lowered.slots[slot], &plan.values[vi]);
+                        let rank_ok =
+                            spec.rank() == v.dims.len() || (spec.max_numel() == v.max_numel && !spec.is_dynamic());
+                        if storage_type(spec.dtype) != v.dt || !rank_ok {
+                            return Err(RuntimeError::InvalidProgram(format!(
+                                "step {i}: slot {slot} ({} {:?}) does not match segment value {vi} ({:?} {:?})",
+                                spec.dtype,
+                                spec.max_shape(),
+                                v.dt,
+                                v.dims
+                            )));
+                        }
+                    }
+                    payloads.push(bytes);
+                    steps.push(ExecStep::Delegate { plan, inputs: seg.inputs.clone(), outputs: seg.outputs.clone() });
+                }
+                Step::Portable(p) => {
+                    for &s in p.inputs.iter().chain([&p.output]) {
+                        check_slot(s, "portable op")?;
+                    }
+                    steps.push(ExecStep::Portable(p.clone()));
+                }
+            }
+        }
+        let mut last_use = vec![0usize; nslots];
+        for (i, st) in steps.iter().enumerate() {
+            let reads: &[SlotId] = match st {
+                ExecStep::Delegate { inputs, .. } => inputs,
+                ExecStep::Portable(p) => &p.inputs,
+            };
+            for &s in reads {
+                last_use[s] = i;
+            }
+        }
+        for &s in &lowered.outputs {
+            last_use[s] = usize::MAX;
+        }
+        let pool = Pool::new(opts.threads.max(1), opts.policy).map_err(|e| RuntimeError::Pool(e.to_string()))?;
+        let segments = steps
+            .iter()
+            .filter_map(|s| match s {
+                ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
+                _ => None,
+            })
+            .collect();
+        Ok(Program {
+            slots: lowered.slots.clone(),
+            constants: lowered.constants.clone(),
+            inputs: lowered.inputs.clone(),
+            outputs: lowered.outputs.clone(),
+            steps,
+            payloads,
+            last_use,
+            pool,
+            isa,
+            opts: *opts,
+            state: Mutex::new(RunState { segments, scratch: Scratch::default() }),
+        })
+    }
+
+    /// The serialized payload of each delegate segment, in program order.
+    pub fn payloads(&self) -> &[Vec<u8>] {
+        &self.payloads
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// The instruction set the kernels run with (`scalar`, `avx2`, `avx512`).
+    pub fn isa_name(&self) -> &'static str {
+        self.isa.name()
+    }
+
+    pub fn options(&self) -> RunOptions {
+        self.opts
+    }
+
+    /// Runs the program on `inputs` (in graph-input order, each in its slot's memory format).
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(RuntimeError::InputCount { expected: self.inputs.len(), found: inputs.len() });
+        }
+        for (index, (t, &s)) in inputs.iter().zip(&self.inputs).enumerate() {
+            self.slots[s].check_tensor(t).map_err(|kind| match kind {
+                GraphErrorKind::DtypeMismatch { expected, found } => {
+                    RuntimeError::InputDtype { index, expected, found }
+                }
+                GraphErrorKind::FormatMismatch { expected, found } => {
+                    RuntimeError::InputFormat { index, expected, found }
+                }
+                kind => RuntimeError::BadInput { index, kind },
+            })?;
+        }
+        let mut slots: Vec<Option<Cow<Tensor>>> = (0..self.slots.len()).map(|_| None).collect();
+        for (t, &s) in inputs.iter().zip(&self.inputs) {
+            slots[s] = Some(Cow::Borrowed(t));
+        }
+        for (s, t) in &self.constants {
+            slots[*s] = Some(Cow::Borrowed(t));
+        }
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let RunState { segments, scratch } = &mut *guard;
+        let ctx = Ctx { isa: self.isa, pool: &self.pool };
+        let mut seg_i = 0;
+        for (i, st) in self.steps.iter().enumerate() {
+            let missing =
+                |s: SlotId| RuntimeError::InvalidProgram(format!("step {i} reads slot {s} before it is written"));
+            match st {
+                ExecStep::Delegate { plan, inputs, outputs } => {
+                    let mut bound = Vec::with_capacity(inputs.len());
+                    for &s in inputs {
+                        let t: &Tensor = slots[s].as_deref().ok_or_else(|| missing(s))?;
+                        let ord = dim_order(t.format, t.rank());
+                        bound.push(BoundInput { view: view_of(t), dims: ord.iter().map(|&d| t.shape[d]).collect() });
+                    }
+                    let outs = plan.run(&ctx, &mut segments[seg_i], scratch, &bound, i)?;
+                    seg_i += 1;
+                    drop(bound);
+                    for (o, &s) in outs.into_iter().zip(outputs) {
+                        let t = self.to_tensor(i, s, o.data, &o.dims)?;
+                        slots[s] = Some(Cow::Owned(t));
+                    }
+                }
+                ExecStep::Portable(p) => {
+                    let ins: Vec<&Tensor> = p
+                        .inputs
+                        .iter()
+                        .map(|&s| slots[s].as_deref().ok_or_else(|| missing(s)))
+                        .collect::<Result<_, _>>()?;
+                    let t = portable::run(&p.op, &ins, &self.slots[p.output])
+                        .map_err(|what| RuntimeError::Shape { step: i, what })?;
+                    slots[p.output] = Some(Cow::Owned(t));
+                }
+            }
+            // Free hand-offs nobody reads any more.
+            for (s, slot) in slots.iter_mut().enumerate() {
+                if self.last_use[s] == i {
+                    *slot = None;
+                }
+            }
+        }
+        drop(guard);
+        let mut res = Vec::with_capacity(self.outputs.len());
+        for &s in &self.outputs {
+            let t = slots[s]
+                .as_ref()
+                .ok_or_else(|| RuntimeError::InvalidProgram(format!("output slot {s} never written")))?;
+            res.push(t.clone().into_owned());
+        }
+        Ok(res)
+    }
+
+    /// A segment output (physical dims) as a tensor of slot `s` (logical shape, slot format).
+    fn to_tensor(&self, step: usize, s: SlotId, data: Owned, dims: &[usize]) -> Result<Tensor, RuntimeError> {
+        let spec = &self.slots[s];
+        let err = |what: String| RuntimeError::Shape { step, what };
+        let shape: Vec<usize> = if dims.len() == spec.rank() {
+            let ord = dim_order(spec.format, dims.len());
+            let mut logical = vec![0; dims.len()];
+            for (pos, &d) in ord.iter().enumerate() {
+                logical[d] = dims[pos];
+            }
+            logical
+        } else if !spec.is_dynamic() && dims.iter().product::<usize>() == spec.max_numel() {
+            // XNNPACK declares a 0-D value as [1]; the slot keeps the graph's rank.
+            spec.max_shape()
+        } else {
+            return Err(err(format!("slot {s}: segment produced dims {dims:?} for shape {:?}", spec.max_shape())));
+        };
+        spec.check_shape(&shape).map_err(|e| err(format!("slot {s}: {e}")))?;
+        let data = match (data, spec.dtype) {
+            (Owned::F32(v), ElemType::F32) => TensorData::F32(v),
+            (Owned::F16(v), ElemType::F16) => TensorData::F16(v),
+            (Owned::Bf16(v), ElemType::Bf16) => TensorData::Bf16(v),
+            (Owned::I8(v), ElemType::Qs8) => TensorData::Qs8(v),
+            (_, d) => return Err(err(format!("slot {s}: segment output type differs from {d}"))),
+        };
+        Ok(Tensor { shape, format: spec.format, quant: spec.quant, data })
+    }
+}

@@ -1,0 +1,922 @@
+//! The runtime's only `unsafe` code: CPU feature detection with `#[target_feature]` kernels
+//! behind safe wrappers, byte-buffer reinterpretation, disjoint mutable chunks for worker
+//! threads, and the lifetime erasure the persistent pool needs.
+//!
+//! Soundness rests on three private invariants, each checked here and nowhere else:
+//! - an [`Isa`] other than scalar can only be built by [`Isa::avx2`]/[`Isa::avx512`], which
+//!   check the CPU at run time, so holding one proves the `target_feature` calls are legal;
+//! - every raw-pointer kernel is called only after its safe wrapper checked (with checked
+//!   arithmetic) that every address it touches lies inside the slice;
+//! - a [`JobRef`] never outlives the closure it points to ([`scoped_job`] waits for every clone
+//!   to be dropped before it returns or unwinds).
+
+use half::{bf16, f16};
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[cfg(feature = "mutants")]
+use crate::mutants::{is_active, Mutant};
+
+// ------------------------------------------------------------------------------------------
+// Instruction set selection
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Level {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+/// A detected instruction set. The field is private: a non-scalar `Isa` exists only if the
+/// running CPU has the features its kernels are compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Isa(Level);
+
+impl Isa {
+    /// Plain Rust (auto-vectorized for the build's baseline, SSE2 on x86-64).
+    pub const SCALAR: Isa = Isa(Level::Scalar);
+
+    /// AVX2 + FMA + F16C, if the CPU has them.
+    pub fn avx2() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+                return Some(Isa(Level::Avx2));
+            }
+        }
+        None
+    }
+
+    /// AVX-512F plus everything [`Isa::avx2`] needs, if the CPU has them.
+    pub fn avx512() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f") && Isa::avx2().is_some() {
+                return Some(Isa(Level::Avx512));
+            }
+        }
+        None
+    }
+
+    /// The widest available set.
+    pub fn best() -> Isa {
+        Isa::avx512().or_else(Isa::avx2).unwrap_or(Isa::SCALAR)
+    }
+
+    pub fn is_scalar(self) -> bool {
+        self.0 == Level::Scalar
+    }
+
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Level::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => "avx512",
+        }
+    }
+}
+
+/// Every available instruction set, scalar first (tests run all of them).
+pub fn available_isas() -> Vec<Isa> {
+    let mut v = vec![Isa::SCALAR];
+    v.extend(Isa::avx2());
+    v.extend(Isa::avx512());
+    v
+}
+
+// ------------------------------------------------------------------------------------------
+// Byte buffers viewed as typed slices
+
+/// Element types a buffer may be viewed as: every bit pattern is a valid value and the
+/// alignment divides 64.
+pub trait Pod: Copy + Send + Sync + Default + 'static + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+macro_rules! pod {
+    ($($t:ty),*) => {$( impl sealed::Sealed for $t {} impl Pod for $t {} )*};
+}
+pod!(f32, i8, u8, i32, u32, u16, f16, bf16);
+
+/// 64 bytes aligned to a cache line: the unit of runtime buffers.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub struct Line(pub [u8; 64]);
+
+impl Default for Line {
+    fn default() -> Self {
+        Line([0; 64])
+    }
+}
+
+/// Lines needed for `n` elements of `T`.
+pub fn lines_for<T: Pod>(n: usize) -> usize {
+    n.saturating_mul(std::mem::size_of::<T>()).div_ceil(64)
+}
+
+/// A buffer of lines viewed as `T`s.
+pub fn cast<T: Pod>(lines: &[Line]) -> &[T] {
+    let n = lines.len() * 64 / std::mem::size_of::<T>();
+    // SAFETY: `Line` is 64-aligned and 64 bytes with no padding, so the region is `n * size_of::<T>()`
+    // initialized bytes aligned for any `Pod` type (alignment <= 8); every bit pattern is a valid
+    // `T` (sealed trait: plain integers and floats, `half` types are `repr(transparent)` u16).
+    // The returned slice borrows `lines` immutably for its lifetime.
+    unsafe { std::slice::from_raw_parts(lines.as_ptr() as *const T, n) }
+}
+
+/// A buffer of lines viewed as mutable `T`s.
+pub fn cast_mut<T: Pod>(lines: &mut [Line]) -> &mut [T] {
+    let n = lines.len() * 64 / std::mem::size_of::<T>();
+    // SAFETY: as in `cast`; the mutable borrow of `lines` is moved into the result, so no alias
+    // exists, and any `T` written is a valid byte pattern for `Line`.
+    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut T, n) }
+}
+
+// ------------------------------------------------------------------------------------------
+// Disjoint mutable chunks handed to worker threads
+
+/// A mutable slice split at fixed boundaries; each chunk can be taken once, from any thread.
+pub struct Parts<'a, T> {
+    ptr: *mut T,
+    bounds: Vec<usize>,
+    claimed: Vec<AtomicBool>,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: `Parts` only hands out disjoint `&'a mut [T]` chunks, each at most once (atomic claim),
+// which is what sending `&mut [T]` pieces to other threads requires (`T: Send`).
+unsafe impl<T: Send> Send for Parts<'_, T> {}
+// SAFETY: as above; shared access only performs atomic claims.
+unsafe impl<T: Send> Sync for Parts<'_, T> {}
+
+impl<'a, T> Parts<'a, T> {
+    /// Splits `s` at `bounds` (starts with 0, non-decreasing, ends with `s.len()`).
+    pub fn new(s: &'a mut [T], bounds: Vec<usize>) -> Parts<'a, T> {
+        assert!(
+            bounds.first() == Some(&0) && bounds.last() == Some(&s.len()) && bounds.windows(2).all(|w| w[0] <= w[1]),
+            "chunk bounds must cover the slice in order"
+        );
+        let claimed = (0..bounds.len() - 1).map(|_| AtomicBool::new(false)).collect();
+        Parts { ptr: s.as_mut_ptr(), bounds, claimed, _borrow: PhantomData }
+    }
+
+    /// Chunks of `chunk` elements (the last may be shorter).
+    pub fn uniform(s: &'a mut [T], chunk: usize) -> Parts<'a, T> {
+        let n = s.len();
+        let chunk = chunk.max(1);
+        let mut b: Vec<usize> = (0..n.div_ceil(chunk)).map(|i| i * chunk).collect();
+        b.push(n);
+        if b.len() == 1 {
+            b.insert(0, 0);
+        }
+        Parts::new(s, b)
+    }
+
+    pub fn len(&self) -> usize {
+        self.claimed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.claimed.is_empty()
+    }
+
+    /// Start offset of chunk `i` in the original slice.
+    pub fn start(&self, i: usize) -> usize {
+        self.bounds[i]
+    }
+
+    /// Takes chunk `i`; `None` if out of range or already taken.
+    pub fn take(&self, i: usize) -> Option<&'a mut [T]> {
+        let c = self.claimed.get(i)?;
+        if c.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let (s, e) = (self.bounds[i], self.bounds[i + 1]);
+        // SAFETY: `new` checked 0 = b0 <= b1 <= ... <= len, so chunk i is inside the slice and
+        // disjoint from every other chunk; the atomic swap guarantees chunk i is handed out once.
+        // The original `&'a mut` borrow is held by `self` (PhantomData) for `'a`.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(s), e - s) })
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Jobs shared with persistent worker threads
+
+type DynJob<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// A borrowed job that can be sent to pool workers. Valid while its [`scoped_job`] runs.
+#[derive(Clone)]
+pub struct JobRef {
+    f: *const DynJob<'static>,
+    /// Never read: its reference count is what `scoped_job` waits on.
+    #[allow(dead_code)]
+    alive: Arc<()>,
+}
+
+// SAFETY: the pointee is `Sync`, so calling it from another thread is allowed; the pointer stays
+// valid while any `JobRef` clone exists (see `scoped_job`).
+unsafe impl Send for JobRef {}
+
+impl JobRef {
+    pub fn call(&self, i: usize) {
+        // SAFETY: `scoped_job` does not return (or unwind past its frame) until every clone of
+        // this `JobRef` has been dropped, so the closure behind `f` is still alive here.
+        unsafe { (*self.f)(i) }
+    }
+}
+
+/// Runs `body` with a sendable handle to `f`; returns only after every clone of the handle
+/// has been dropped (on unwind too), so workers can never call `f` after it is gone.
+pub fn scoped_job<R>(f: &DynJob<'_>, body: impl FnOnce(&JobRef) -> R) -> R {
+    struct WaitClones(Arc<()>);
+    impl Drop for WaitClones {
+        fn drop(&mut self) {
+            let mut spins = 0u32;
+            while Arc::strong_count(&self.0) > 1 {
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            // Pairs with the release decrement of each dropped clone: the workers' calls of
+            // `f` happen before this function returns.
+            fence(Ordering::Acquire);
+        }
+    }
+    let alive = Arc::new(());
+    let raw: *const DynJob<'_> = f;
+    // SAFETY: only the lifetime bound of the trait object changes (same layout). The pointer is
+    // dereferenced only through `JobRef::call`, and the guard below keeps this frame alive until
+    // no `JobRef` remains.
+    let raw: *const DynJob<'static> = unsafe { std::mem::transmute(raw) };
+    let guard = WaitClones(alive.clone());
+    let job = JobRef { f: raw, alive };
+    let r = body(&job);
+    drop(job);
+    drop(guard);
+    r
+}
+
+// ------------------------------------------------------------------------------------------
+// Row sums and column sums (the mean kernels)
+
+/// A set of equal-length rows: `n[0] x n[1] x n[2]` rows of `len` contiguous elements starting
+/// at `base + a*st[0] + b*st[1] + c*st[2]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    pub base: usize,
+    pub n: [usize; 3],
+    pub st: [usize; 3],
+    pub len: usize,
+}
+
+impl Rows {
+    pub fn count(&self) -> usize {
+        self.n.iter().product()
+    }
+
+    /// One past the last element touched, or `None` on overflow. 0 rows touch nothing.
+    fn end(&self) -> Option<usize> {
+        if self.count() == 0 || self.len == 0 {
+            return Some(0);
+        }
+        let mut last = self.base;
+        for k in 0..3 {
+            last = last.checked_add((self.n[k] - 1).checked_mul(self.st[k])?)?;
+        }
+        last.checked_add(self.len)
+    }
+
+    fn check(&self, slice_len: usize) {
+        assert!(self.end().is_some_and(|e| e <= slice_len), "rows {self:?} exceed a buffer of {slice_len}");
+    }
+
+    #[inline(always)]
+    fn for_each(&self, mut f: impl FnMut(usize)) {
+        for a in 0..self.n[0] {
+            for b in 0..self.n[1] {
+                for c in 0..self.n[2] {
+                    f(self.base + a * self.st[0] + b * self.st[1] + c * self.st[2]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+fn mut_drop_tail() -> bool {
+    is_active(Mutant::DropSimdTail)
+}
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+fn mut_drop_tail() -> bool {
+    false
+}
+
+#[cfg(feature = "mutants")]
+fn mut_nan(isa: Isa, v: f32) -> f32 {
+    if !isa.is_scalar() && is_active(Mutant::SimdNanDropped) && v.is_nan() {
+        0.0
+    } else {
+        v
+    }
+}
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+fn mut_nan(_isa: Isa, v: f32) -> f32 {
+    v
+}
+
+/// Sum of every element of every row (f32 accumulation, order depends on `isa`).
+pub fn sum_rows_f32(isa: Isa, x: &[f32], rows: &Rows) -> f32 {
+    rows.check(x.len());
+    let s = match isa.0 {
+        Level::Scalar => sum_rows_portable(x, rows),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa(Avx2)` exists only after detection; `rows.check` bounds every access.
+        Level::Avx2 => unsafe { x86::sum_rows_avx2(x.as_ptr(), rows, mut_drop_tail()) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe { x86::sum_rows_avx512(x.as_ptr(), rows, mut_drop_tail()) },
+    };
+    mut_nan(isa, s)
+}
+
+fn sum_rows_portable(x: &[f32], rows: &Rows) -> f32 {
+    // 32 independent accumulators: the compiler vectorizes the inner loop without reassociating.
+    let mut acc = [0f32; 32];
+    let mut tail = 0f32;
+    rows.for_each(|off| {
+        let row = &x[off..off + rows.len];
+        let mut it = row.chunks_exact(32);
+        for c in &mut it {
+            for j in 0..32 {
+                acc[j] += c[j];
+            }
+        }
+        for &v in it.remainder() {
+            tail += v;
+        }
+    });
+    let mut s = tail;
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
+/// `out[c] = scale * sum over rows of row[c]` for `c < rows.len` (f32 accumulation).
+pub fn col_sums_f32(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
+    rows.check(x.len());
+    assert_eq!(out.len(), rows.len, "column-sum output length");
+    match isa.0 {
+        Level::Scalar => col_sums_portable(x, rows, scale, out),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: detection proven by `Isa`; `rows.check` bounds reads, `out.len() == rows.len` bounds writes.
+        Level::Avx2 => unsafe { x86::col_sums_avx2(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe { x86::col_sums_avx512(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
+    }
+    #[cfg(feature = "mutants")]
+    for v in out.iter_mut() {
+        *v = mut_nan(isa, *v);
+    }
+}
+
+fn col_sums_portable(x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
+    let width = rows.len;
+    let mut c0 = 0;
+    while c0 < width {
+        let w = (width - c0).min(32);
+        let mut acc = [0f32; 32];
+        rows.for_each(|off| {
+            let r = &x[off + c0..off + c0 + w];
+            for j in 0..w {
+                acc[j] += r[j];
+            }
+        });
+        for j in 0..w {
+            out[c0 + j] = acc[j] * scale;
+        }
+        c0 += w;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Rows;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX2 available; every row of `rows` lies inside the allocation behind `x`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sum_rows_avx2(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
+        let (mut a0, mut a1, mut a2, mut a3) =
+            (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+        let len = rows.len;
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        rows.for_each(|off| {
+            // SAFETY (whole closure): off + j + 8 <= off + len for the full-vector loads; the masked
+            // load touches only lanes below `len - j`; the caller checked off + len <= slice length.
+            unsafe {
+                let p = x.add(off);
+                let mut j = 0;
+                while j + 32 <= len {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j + 8)));
+                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(j + 16)));
+                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(j + 24)));
+                    j += 32;
+                }
+                while j + 8 <= len {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    j += 8;
+                }
+                if j < len && !drop_tail {
+                    let m = _mm256_cmpgt_epi32(_mm256_set1_epi32((len - j) as i32), lanes);
+                    a1 = _mm256_add_ps(a1, _mm256_maskload_ps(p.add(j), m));
+                }
+            }
+        });
+        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        _mm_cvtss_f32(h)
+    }
+
+    /// # Safety
+    /// AVX-512F available; every row of `rows` lies inside the allocation behind `x`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn sum_rows_avx512(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
+        let (mut a0, mut a1, mut a2, mut a3) =
+            (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+        let len = rows.len;
+        rows.for_each(|off| {
+            // SAFETY (whole closure): full loads stay below off + len; the masked load reads only
+            // the lanes below `len - j` (masked lanes never fault); off + len <= slice length.
+            unsafe {
+                let p = x.add(off);
+                let mut j = 0;
+                while j + 64 <= len {
+                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j + 16)));
+                    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(j + 32)));
+                    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(j + 48)));
+                    j += 64;
+                }
+                while j + 16 <= len {
+                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    j += 16;
+                }
+                if j < len && !drop_tail {
+                    let m: __mmask16 = ((1u32 << (len - j)) - 1) as u16;
+                    a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(m, p.add(j)));
+                }
+            }
+        });
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
+    }
+
+    /// # Safety
+    /// AVX2 available; rows inside `x`'s allocation; `out` valid for `rows.len` writes.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn col_sums_avx2(x: *const f32, rows: &Rows, scale: f32, out: *mut f32, drop_tail: bool) {
+        let width = rows.len;
+        let vs = _mm256_set1_ps(scale);
+        let mut c = 0;
+        // SAFETY (all blocks below): column offsets c.. stay below `width`, rows are in bounds
+        // (checked by the caller), masked loads/stores touch only lanes below `width - c`.
+        while c + 32 <= width {
+            let (mut a0, mut a1, mut a2, mut a3) =
+                (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+            rows.for_each(|off| unsafe {
+                let p = x.add(off + c);
+                a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p));
+                a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(8)));
+                a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(16)));
+                a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(24)));
+            });
+            unsafe {
+                _mm256_storeu_ps(out.add(c), _mm256_mul_ps(a0, vs));
+                _mm256_storeu_ps(out.add(c + 8), _mm256_mul_ps(a1, vs));
+                _mm256_storeu_ps(out.add(c + 16), _mm256_mul_ps(a2, vs));
+                _mm256_storeu_ps(out.add(c + 24), _mm256_mul_ps(a3, vs));
+            }
+            c += 32;
+        }
+        while c + 8 <= width {
+            let mut a0 = _mm256_setzero_ps();
+            rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x.add(off + c))) });
+            unsafe { _mm256_storeu_ps(out.add(c), _mm256_mul_ps(a0, vs)) };
+            c += 8;
+        }
+        if c < width {
+            let m =
+                _mm256_cmpgt_epi32(_mm256_set1_epi32((width - c) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            let mut a0 = _mm256_setzero_ps();
+            if !drop_tail {
+                rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x.add(off + c), m)) });
+            }
+            unsafe { _mm256_maskstore_ps(out.add(c), m, _mm256_mul_ps(a0, vs)) };
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F available; rows inside `x`'s allocation; `out` valid for `rows.len` writes.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn col_sums_avx512(x: *const f32, rows: &Rows, scale: f32, out: *mut f32, drop_tail: bool) {
+        let width = rows.len;
+        let vs = _mm512_set1_ps(scale);
+        let mut c = 0;
+        // SAFETY (all blocks below): as in `col_sums_avx2`; masked lanes never fault.
+        while c + 64 <= width {
+            let (mut a0, mut a1, mut a2, mut a3) =
+                (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+            rows.for_each(|off| unsafe {
+                let p = x.add(off + c);
+                a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p));
+                a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(16)));
+                a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(32)));
+                a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(48)));
+            });
+            unsafe {
+                _mm512_storeu_ps(out.add(c), _mm512_mul_ps(a0, vs));
+                _mm512_storeu_ps(out.add(c + 16), _mm512_mul_ps(a1, vs));
+                _mm512_storeu_ps(out.add(c + 32), _mm512_mul_ps(a2, vs));
+                _mm512_storeu_ps(out.add(c + 48), _mm512_mul_ps(a3, vs));
+            }
+            c += 64;
+        }
+        while c + 16 <= width {
+            let mut a0 = _mm512_setzero_ps();
+            rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x.add(off + c))) });
+            unsafe { _mm512_storeu_ps(out.add(c), _mm512_mul_ps(a0, vs)) };
+            c += 16;
+        }
+        if c < width {
+            let m: __mmask16 = ((1u32 << (width - c)) - 1) as u16;
+            let mut a0 = _mm512_setzero_ps();
+            if !drop_tail {
+                rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m, x.add(off + c))) });
+            }
+            unsafe { _mm512_mask_storeu_ps(out.add(c), m, _mm512_mul_ps(a0, vs)) };
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Multiversioned plain-Rust kernels: one body, compiled for the baseline, AVX2 and AVX-512.
+
+macro_rules! multiversion {
+    ($(#[$meta:meta])* pub fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        pub fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn body_avx2($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+            unsafe fn body_avx512($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
+            match isa.0 {
+                Level::Scalar => body($($arg),*),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa(Avx2)` is only built after run-time detection of these features;
+                // the body is safe Rust (bounds-checked), so the features are the only precondition.
+                Level::Avx2 => unsafe { body_avx2($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above for AVX-512F.
+                Level::Avx512 => unsafe { body_avx512($($arg),*) },
+            }
+        }
+    };
+}
+
+/// Binary operation of the elementwise kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+macro_rules! bin_loops {
+    ($op:expr, $out:ident, $i:ident, $a:expr, $b:expr) => {
+        match $op {
+            BinOp::Add => {
+                for $i in 0..$out.len() {
+                    $out[$i] = $a + $b;
+                }
+            }
+            BinOp::Sub => {
+                for $i in 0..$out.len() {
+                    $out[$i] = $a - $b;
+                }
+            }
+            BinOp::Mul => {
+                for $i in 0..$out.len() {
+                    $out[$i] = $a * $b;
+                }
+            }
+            BinOp::Div => {
+                for $i in 0..$out.len() {
+                    $out[$i] = $a / $b;
+                }
+            }
+        }
+    };
+}
+
+multiversion! {
+    /// `out[i] = a[i] op b[i]`.
+    pub fn bin_vv(op: BinOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+        let n = out.len();
+        let (a, b) = (&a[..n], &b[..n]);
+        bin_loops!(op, out, i, a[i], b[i]);
+    }
+}
+
+multiversion! {
+    /// `out[i] = a[i] op s`.
+    pub fn bin_vs(op: BinOp, a: &[f32], s: f32, out: &mut [f32]) {
+        let a = &a[..out.len()];
+        bin_loops!(op, out, i, a[i], s);
+    }
+}
+
+multiversion! {
+    /// `out[i] = s op b[i]`.
+    pub fn bin_sv(op: BinOp, s: f32, b: &[f32], out: &mut [f32]) {
+        let b = &b[..out.len()];
+        bin_loops!(op, out, i, s, b[i]);
+    }
+}
+
+multiversion! {
+    /// `x = min(max(x, lo), hi)`, NaN kept (comparisons, not `f32::max`, which drops NaN).
+    pub fn clamp_inplace(x: &mut [f32], lo: f32, hi: f32) {
+        for v in x.iter_mut() {
+            let t = if *v < lo { lo } else { *v };
+            *v = if t > hi { hi } else { t };
+        }
+    }
+}
+
+multiversion! {
+    pub fn square(x: &[f32], out: &mut [f32]) {
+        let x = &x[..out.len()];
+        for i in 0..out.len() {
+            out[i] = x[i] * x[i];
+        }
+    }
+}
+
+multiversion! {
+    /// `1 / sqrt(x)` with two f32 roundings (at most about 1.5 ulp from the exact value).
+    pub fn rsqrt(x: &[f32], out: &mut [f32]) {
+        let x = &x[..out.len()];
+        for i in 0..out.len() {
+            out[i] = 1.0 / x[i].sqrt();
+        }
+    }
+}
+
+multiversion! {
+    /// Dot product with 16 independent accumulators.
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut acc = [0f32; 16];
+        let mut ia = a.chunks_exact(16);
+        let mut ib = b.chunks_exact(16);
+        for (ca, cb) in (&mut ia).zip(&mut ib) {
+            for j in 0..16 {
+                acc[j] += ca[j] * cb[j];
+            }
+        }
+        let mut s = 0f32;
+        for (x, y) in ia.remainder().iter().zip(ib.remainder()) {
+            s += x * y;
+        }
+        for v in acc {
+            s += v;
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// `acc[i] += x[i] * w[i]` (depthwise convolution's inner loop).
+    pub fn mul_acc(acc: &mut [f32], x: &[f32], w: &[f32]) {
+        let n = acc.len();
+        let (x, w) = (&x[..n], &w[..n]);
+        for i in 0..n {
+            acc[i] += x[i] * w[i];
+        }
+    }
+}
+
+multiversion! {
+    /// `acc[i] += s * x[i]`.
+    pub fn axpy(acc: &mut [f32], s: f32, x: &[f32]) {
+        let x = &x[..acc.len()];
+        for i in 0..acc.len() {
+            acc[i] += s * x[i];
+        }
+    }
+}
+
+multiversion! {
+    /// f32 -> bf16, round to nearest even; NaN becomes a quiet NaN (as `half` does).
+    pub fn f32_to_bf16(x: &[f32], out: &mut [u16]) {
+        let x = &x[..out.len()];
+        for i in 0..out.len() {
+            let b = x[i].to_bits();
+            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+            let r = ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+            out[i] = if nan { ((b >> 16) as u16) | 0x0040 } else { r };
+        }
+    }
+}
+
+multiversion! {
+    /// bf16 -> f32 (exact); a signalling NaN is quieted (as `half` does).
+    pub fn bf16_to_f32(x: &[u16], out: &mut [f32]) {
+        let x = &x[..out.len()];
+        for i in 0..out.len() {
+            let b = x[i];
+            let q = if (b & 0x7fff) > 0x7f80 { b | 0x0040 } else { b };
+            out[i] = f32::from_bits((q as u32) << 16);
+        }
+    }
+}
+
+multiversion! {
+    /// f32 -> qs8: `clamp(round_half_even(x * inv_scale) + zp, -128, 127)`; NaN maps to `zp`.
+    pub fn quantize(x: &[f32], inv_scale: f32, zp: i32, out: &mut [i8]) {
+        let x = &x[..out.len()];
+        let zpf = zp as f32;
+        for i in 0..out.len() {
+            // Rounding in f32 then adding the zero point keeps ties-to-even on the scaled value;
+            // the clamp in f32 makes infinities saturate.
+            let r = (x[i] * inv_scale).round_ties_even() + zpf;
+            let r = if r < -128.0 { -128.0 } else if r > 127.0 { 127.0 } else { r };
+            out[i] = if r.is_nan() { zp as i8 } else { r as i8 };
+        }
+    }
+}
+
+multiversion! {
+    /// qs8 -> f32: `(q - zp) * scale`.
+    pub fn dequantize(x: &[i8], scale: f32, zp: i32, out: &mut [f32]) {
+        let x = &x[..out.len()];
+        for i in 0..out.len() {
+            out[i] = (x[i] as i32 - zp) as f32 * scale;
+        }
+    }
+}
+
+multiversion! {
+    /// Sum of rows of int8 values in int32 (exact for fewer than 2^24 elements per output).
+    pub fn sum_rows_i8(x: &[i8], rows: &Rows) -> i32 {
+        rows.check(x.len());
+        let mut acc = [0i32; 32];
+        let mut tail = 0i32;
+        rows.for_each(|off| {
+            let row = &x[off..off + rows.len];
+            let mut it = row.chunks_exact(32);
+            for c in &mut it {
+                for j in 0..32 {
+                    acc[j] += c[j] as i32;
+                }
+            }
+            for &v in it.remainder() {
+                tail += v as i32;
+            }
+        });
+        acc.iter().sum::<i32>() + tail
+    }
+}
+
+multiversion! {
+    /// `out[c] = sum over rows of row[c]` for int8 rows, in int32.
+    pub fn col_sums_i8(x: &[i8], rows: &Rows, out: &mut [i32]) {
+        rows.check(x.len());
+        let width = rows.len;
+        let out = &mut out[..width];
+        out.fill(0);
+        rows.for_each(|off| {
+            let r = &x[off..off + width];
+            for j in 0..width {
+                out[j] += r[j] as i32;
+            }
+        });
+    }
+}
+
+/// f32 -> f16 (round to nearest even). Non-scalar paths use `half`'s slice conversion, which
+/// uses F16C when the CPU has it; the scalar path converts element by element in software.
+pub fn f32_to_f16(isa: Isa, x: &[f32], out: &mut [f16]) {
+    use half::slice::HalfFloatSliceExt;
+    let x = &x[..out.len()];
+    if isa.is_scalar() {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f16::from_f32(v);
+        }
+    } else {
+        out.convert_from_f32_slice(x);
+    }
+}
+
+/// f16 -> f32 (exact).
+pub fn f16_to_f32(isa: Isa, x: &[f16], out: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let x = &x[..out.len()];
+    if isa.is_scalar() {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v.to_f32();
+        }
+    } else {
+        x.convert_to_f32_slice(out);
+    }
+}
+
+/// bf16 as its bits (for the bit-level kernels above).
+pub fn bf16_bits(x: &[bf16]) -> &[u16] {
+    // SAFETY: `bf16` is `repr(transparent)` over `u16`: same size, alignment and valid bit patterns.
+    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u16, x.len()) }
+}
+
+/// Mutable bf16 as its bits.
+pub fn bf16_bits_mut(x: &mut [bf16]) -> &mut [u16] {
+    // SAFETY: as in `bf16_bits`; every u16 is a valid bf16.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut u16, x.len()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_hand_out_each_chunk_once() {
+        let mut v: Vec<u32> = (0..10).collect();
+        let p = Parts::uniform(&mut v, 4);
+        assert_eq!(p.len(), 3);
+        let c = p.take(2).unwrap();
+        assert_eq!(c, &[8, 9]);
+        assert!(p.take(2).is_none());
+        assert!(p.take(3).is_none());
+        c[0] = 100;
+        drop(p);
+        assert_eq!(v[8], 100);
+    }
+
+    #[test]
+    fn row_and_column_sums_agree_across_isas() {
+        let x: Vec<f32> = (0..1000).map(|i| ((i * 37 % 101) as f32) * 0.25 - 12.0).collect();
+        for len in [1, 7, 8, 15, 16, 17, 33, 63, 64, 65, 130] {
+            let rows = Rows { base: 3, n: [2, 3, 1], st: [len * 3 + 5, len + 1, 0], len };
+            let mut want = 0f64;
+            let mut want_cols = vec![0f64; len];
+            rows.for_each(|off| {
+                for j in 0..len {
+                    want += x[off + j] as f64;
+                    want_cols[j] += x[off + j] as f64;
+                }
+            });
+            for isa in available_isas() {
+                let got = sum_rows_f32(isa, &x, &rows);
+                assert!((got as f64 - want).abs() < 1e-3, "{} len {len}: {got} vs {want}", isa.name());
+                let mut out = vec![0f32; len];
+                col_sums_f32(isa, &x, &rows, 0.5, &mut out);
+                for j in 0..len {
+                    assert!((out[j] as f64 - want_cols[j] * 0.5).abs() < 1e-3, "{} col {j}", isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_bit_conversions_match_half() {
+        let vals = [0.0f32, -0.0, 1.0, 1.00390625, 1.0117188, -3.3e38, 1e-40, f32::INFINITY, f32::NAN, 3.3e-39];
+        for isa in available_isas() {
+            let mut out = vec![0u16; vals.len()];
+            f32_to_bf16(isa, &vals, &mut out);
+            for (v, o) in vals.iter().zip(&out) {
+                assert_eq!(*o, bf16::from_f32(*v).to_bits(), "{v}");
+            }
+        }
+    }
+}
