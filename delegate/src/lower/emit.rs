@@ -543,6 +543,9 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
     // value through an XNNCopy (ExecuTorch refuses such pass-throughs).
     let mut needs_copy = Vec::new();
     for (k, &o) in pg.outputs.iter().enumerate() {
+        if pg.actual_nhwc(o, g) != pg.out_nhwc.get(k).copied().unwrap_or(false) {
+            return Err(layout_error(pg, o, "a delegate output would leave in the wrong layout"));
+        }
         let root = pg.resolve(o, g);
         let is_in = matches!(pg.nodes[root].kind, Kind::Placeholder { .. } | Kind::Param { .. });
         if is_in || ext_out.contains_key(&root) {

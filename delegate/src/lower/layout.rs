@@ -12,7 +12,7 @@ use super::partition::{is_gap, Partition, Plan};
 use super::{LowerError, LowerOptions};
 use crate::program::SlotId;
 use crate::LoweringMode;
-use reference::graph::{mean_axes, BinaryOp, Graph, NodeId, Op, TensorSpec};
+use reference::graph::{mean_axes, Graph, NodeId, Op, TensorSpec};
 use reference::{ElemType, MemoryFormat, QuantParams};
 use std::collections::BTreeMap;
 
@@ -53,6 +53,8 @@ pub struct PNode {
 pub enum Target {
     Node(usize),
     Output,
+    /// Output entry `k` alone (repairs).
+    OutputAt(usize),
 }
 
 /// One delegate's subgraph, as the layout pass and the visitors see it.
@@ -63,6 +65,8 @@ pub struct PGraph {
     pub order: Vec<usize>,
     /// The output tuple.
     pub outputs: Vec<usize>,
+    /// Whether output `k` is handed off NHWC (its eager value is channels_last).
+    pub out_nhwc: Vec<bool>,
     pub num_inputs: usize,
     pub mode: LoweringMode,
 }
@@ -96,8 +100,14 @@ impl PGraph {
     /// The subgraph of one partition: lifted constants, placeholders in first-use order,
     /// then the member ops in graph order.
     pub fn build(g: &Graph, plan: &Plan, p: &Partition, slots: &[SlotId]) -> Result<PGraph, LowerError> {
-        let mut pg =
-            PGraph { nodes: Vec::new(), order: Vec::new(), outputs: Vec::new(), num_inputs: 0, mode: plan.mode };
+        let mut pg = PGraph {
+            nodes: Vec::new(),
+            order: Vec::new(),
+            outputs: Vec::new(),
+            out_nhwc: Vec::new(),
+            num_inputs: 0,
+            mode: plan.mode,
+        };
         let mut map: BTreeMap<NodeId, usize> = BTreeMap::new();
         let member: std::collections::BTreeSet<NodeId> = p.nodes.iter().copied().collect();
         for &m in &p.nodes {
@@ -137,6 +147,7 @@ impl PGraph {
                 map.get(o).copied().ok_or_else(|| LowerError::Internal { reason: format!("output {o} not mapped") })
             })
             .collect::<Result<_, _>>()?;
+        pg.out_nhwc = p.outputs.iter().map(|&o| eager_nhwc(&g.nodes[o].spec)).collect();
         Ok(pg)
     }
 
@@ -240,6 +251,11 @@ impl PGraph {
                     }
                 }
             }
+            Target::OutputAt(k) => {
+                if self.outputs.get(k) == Some(&old) {
+                    self.outputs[k] = new;
+                }
+            }
             Target::Output => {
                 for x in &mut self.outputs {
                     if *x == old {
@@ -281,6 +297,12 @@ impl PGraph {
             }
         }
         self.nodes[i].tag == Some(true)
+    }
+
+    /// The layout the value of `i` really has once serialized: its forwarding root's tag.
+    pub fn actual_nhwc(&self, i: usize, g: &Graph) -> bool {
+        let r = self.resolve(i, g);
+        self.nodes[r].tag == Some(true) && self.nodes[r].spec.rank() == 4
     }
 
     /// Follows implicit q/dq nodes to the node whose value they forward.
@@ -412,8 +434,8 @@ pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), Lower
         }
     }
     let outs = pg.outputs.clone();
-    for o in outs {
-        if eager_nhwc(&pg.nodes[o].spec) {
+    for (k, o) in outs.into_iter().enumerate() {
+        if pg.out_nhwc[k] {
             input_to_nhwc(pg, g, o, Target::Output)?;
         } else {
             input_to_nchw(pg, g, o, Target::Output)?;
@@ -433,7 +455,103 @@ pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), Lower
             converge(pg, g, i, true)?;
         }
     }
+    repair_rewired_inputs(pg, g)?;
     remove_redundant_copies(pg, g);
+    repair_rewired_inputs(pg, g)?;
+    // Every hand-off leaves in the layout its slot holds, whatever the rewiring did.
+    for k in 0..pg.outputs.len() {
+        let o = pg.outputs[k];
+        if pg.actual_nhwc(o, g) != pg.out_nhwc[k] {
+            repair_convert(pg, g, o, Target::OutputAt(k), pg.out_nhwc[k])?;
+        }
+    }
+    Ok(())
+}
+
+/// Rewires one reader: a node's every use of `old`, or a single output entry.
+fn replace_one(pg: &mut PGraph, target: Target, old: usize, new: usize) {
+    match target {
+        Target::OutputAt(k) => {
+            if pg.outputs.get(k) == Some(&old) {
+                pg.outputs[k] = new;
+            }
+        }
+        t => pg.replace_input(t, old, new),
+    }
+}
+
+/// After `replace_all_uses_with` moved the users of a dequantize onto the new one, an op
+/// processed earlier can read a value in a layout it was not planned for. ExecuTorch
+/// re-checks only binary ops (above); there a conv would read NCHW data under NHWC dims
+/// and a unary op would mix layouts. Those programs never worked, so converting the
+/// input back into the op's layout changes no program ExecuTorch lowers correctly. A
+/// non-GAP mean is left to the visitor's guard, as merged (a typed error).
+/// A copy of `x` into the layout `target` needs, rewiring `target` alone (never
+/// `replace_all_uses_with`, which is how the mismatch arose). An implicit dequantize keeps
+/// the copy on the int8 value inside an implicit q/dq pair.
+fn repair_convert(pg: &mut PGraph, g: &Graph, x: usize, target: Target, nhwc: bool) -> Result<(), LowerError> {
+    if pg.is_param(x) {
+        clone_param(pg, x, target, nhwc);
+        return Ok(());
+    }
+    if nhwc && pg.nodes[x].spec.rank() != 4 {
+        return Err(LowerError::InternalLayout {
+            node: node_id_for_error(pg, x),
+            reason: format!("a rank-{} value cannot be converted to NHWC", pg.nodes[x].spec.rank()),
+        });
+    }
+    let copy = new_copy(pg, x, nhwc);
+    let wrap = if pg.is_dequant(x, g) && pg.nodes[x].implicit { pg.qparams(x, g) } else { None };
+    match wrap {
+        Some(qp) => {
+            let handle = crate::xnn::DEFAULT_DEBUG_HANDLE;
+            let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.clone() };
+            let q = pg.push(Kind::Quant(qp), vec![copy], qspec, handle);
+            pg.nodes[q].tag = Some(nhwc);
+            pg.nodes[q].implicit = true;
+            pg.insert_after(copy, q);
+            let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.clone() };
+            let dq = pg.push(Kind::Dequant(qp), vec![q], dspec, handle);
+            pg.nodes[dq].tag = Some(nhwc);
+            pg.nodes[dq].implicit = true;
+            pg.insert_after(q, dq);
+            replace_one(pg, target, x, dq);
+        }
+        None => replace_one(pg, target, x, copy),
+    }
+    Ok(())
+}
+
+fn repair_rewired_inputs(pg: &mut PGraph, g: &Graph) -> Result<(), LowerError> {
+    let order = pg.order.clone();
+    for &i in &order {
+        if !pg.nodes[i].alive || pg.nodes[i].inputs.is_empty() || pg.nodes[i].implicit {
+            continue;
+        }
+        if matches!(pg.nodes[i].kind, Kind::Copy { .. }) || pg.is_format_copy(i, g) {
+            continue;
+        }
+        let Some(op) = pg.op(i, g) else { continue };
+        // The layout each input must have: Some(layout) for the first input only, or for all.
+        let (want, first_only) = match op {
+            Op::Conv2d(_) => (Some(true), true),
+            Op::Mean { .. } if gap_in_pass(pg, i, g)? => (Some(true), true),
+            Op::Mean { .. } if pg.nodes[i].nhwc_mean => (Some(true), true),
+            // As merged, a non-GAP mean handed an NHWC input is the visitor's typed error;
+            // NhwcAware, our follow-up, copies it back instead.
+            Op::Mean { .. } if pg.mode == LoweringMode::NhwcAware => (Some(false), true),
+            Op::Mean { .. } => (None, true),
+            Op::Linear | Op::Reshape { .. } => (Some(false), false),
+            _ => (Some(pg.nodes[i].tag == Some(true)), false),
+        };
+        let Some(want) = want else { continue };
+        let inputs = if first_only { vec![pg.nodes[i].inputs[0]] } else { pg.input_nodes(i) };
+        for x in inputs {
+            if pg.actual_nhwc(x, g) != want && !(pg.is_param(x) && !want && pg.nodes[x].spec.rank() != 4) {
+                repair_convert(pg, g, x, Target::Node(i), want)?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -613,7 +731,13 @@ fn remove_redundant_copies(pg: &mut PGraph, g: &Graph) {
         let x = pg.nodes[i].inputs[0];
         if pg.is_dequant(x, g) {
             remove_quantized(pg, g, i);
-        } else if pg.is_format_copy(x, g) && !same_layout(pg, g, x, i) && pg.num_users(x) == 1 {
+        } else if pg.is_format_copy(x, g)
+            && !same_layout(pg, g, x, i)
+            && pg.num_users(x) == 1
+            && pg.actual_nhwc(pg.nodes[x].inputs[0], g) == pg.actual_nhwc(i, g)
+        {
+            // (The last condition is ours: ExecuTorch assumes the first copy really changed
+            // the layout, which a same-layout copy not yet removed did not.)
             let original = pg.nodes[x].inputs[0];
             rewire_users(pg, i, original);
             pg.remove_if_unused(i);
@@ -648,6 +772,9 @@ fn remove_quantized(pg: &mut PGraph, g: &Graph, i: usize) {
             return;
         }
         let original = pg.nodes[prev_dq].inputs[0];
+        if pg.actual_nhwc(original, g) != pg.actual_nhwc(i, g) {
+            return;
+        }
         rewire_users(pg, qn, original);
         for k in [qn, i, dq, prev_q, prev, prev_dq] {
             pg.remove_if_unused(k);
@@ -659,10 +786,4 @@ fn remove_quantized(pg: &mut PGraph, g: &Graph, i: usize) {
             pg.remove_if_unused(k);
         }
     }
-}
-
-/// Whether a binary op (for the re-converge) — exposed for tests.
-#[allow(dead_code)]
-pub(crate) fn is_binary(op: &Op) -> bool {
-    matches!(op, Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div))
 }
