@@ -167,3 +167,40 @@ fn mutated_payloads_never_panic() {
     assert!(err > total / 2, "most mutations must be refused");
     assert!(kinds.len() >= 8, "mutations reach many checks: {kinds:?}");
 }
+
+#[test]
+fn mutated_pte_files_never_panic() {
+    use delegate::serialize::pte;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/executorch-1.5.1");
+    let bases: Vec<Vec<u8>> =
+        ["a.pte", "b.pte", "c.pte", "h.pte", "i_b.pte"].iter().map(|f| std::fs::read(dir.join(f)).unwrap()).collect();
+    let mut rng = Rng(0x0E7_12);
+    let (mut parsed, mut refused, mut payloads) = (0usize, 0usize, 0usize);
+    for (bi, base) in bases.iter().enumerate() {
+        for _ in 0..600 {
+            let other = &bases[rng.below(bases.len())];
+            let m = mutate(&mut rng, base, other);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                pte::parse(&m).map(|f| {
+                    let bytes: Vec<Vec<u8>> = f.xnnpack().map(|d| d.bytes.to_vec()).collect();
+                    bytes.iter().filter(|b| load(b, &LoadLimits::lenient()).is_ok()).count()
+                })
+            }));
+            match r.unwrap_or_else(|_| panic!("pte reader panicked on a mutation of base {bi}: {m:02x?}")) {
+                Ok(n) => {
+                    parsed += 1;
+                    payloads += n;
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(!e.to_string().is_empty());
+                }
+            }
+        }
+    }
+    println!(
+        "{} mutated .pte files: {parsed} parsed ({payloads} payloads decoded), {refused} refused",
+        parsed + refused
+    );
+    assert!(refused > 0 && parsed > 0);
+}
