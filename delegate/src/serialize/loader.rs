@@ -640,8 +640,8 @@ fn decode_node(i: usize, xn: fb::XNode<'_>) -> Result<XNode, LoadError> {
     let kind = kind.ok_or(missing("XNode", "xnode_union", i))?;
     let output_min_max = xn.output_min_max().map(|m| (m.output_min(), m.output_max()));
     if let Some((lo, hi)) = output_min_max {
-        // NaN bounds fail this comparison too.
-        if !(lo <= hi) {
+        // NaN bounds are incomparable, so they are refused too.
+        if !matches!(lo.partial_cmp(&hi), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
             return Err(LoadError::BadNode {
                 node: i,
                 node_type: kind.type_name(),
