@@ -11,7 +11,11 @@
 //! - add/sub/mul/div: IEEE correctly rounded, so exactly the f64 result rounded to f32.
 //! - rsqrt: two roundings (sqrt, then the division): 2 ulp. Converts and transposes: exact.
 //!
-//! `dropped_element_and_wrong_divisor_exceed_the_tolerance` proves the bound is tight enough
+//! - fp32 mean of small integers (sum|x| <= 2^24): every partial sum is exact in any order,
+//!   so only the scale rounds: `tol = 2u * |mean|`. This is what catches a lost element or a
+//!   wrong divisor at any size (the general bound grows with n and cannot, beyond a few hundred).
+//!
+//! `dropped_element_and_wrong_divisor_exceed_the_tolerance` proves both bounds are tight enough
 //! to catch a mean that loses one element or divides by n+1.
 
 use delegate::runtime::kernels::{self, mean, transpose, Ctx, Quant, Scratch, View, ViewMut};
@@ -155,26 +159,82 @@ fn large_inputs_split_across_threads_match() {
     }
 }
 
+/// Tolerance when every value is an integer and sum|x| <= 2^24: every partial sum in any order
+/// is an exactly representable integer, so the sum is exact and only the `* (1/n)` rounds
+/// (twice: 1/n, then the product).
+fn mean_tol_exact_sum(exact: f64) -> f64 {
+    2.0 * U * exact.abs() + f32::MIN_POSITIVE as f64
+}
+
+fn small_integers(n: usize, seed: u64) -> Vec<f32> {
+    // 1..=8: positive, so dropping any element changes the sum.
+    values(n, seed).iter().map(|v| (v.abs() * 3.5).round() + 1.0).collect()
+}
+
 #[test]
 fn dropped_element_and_wrong_divisor_exceed_the_tolerance() {
-    // The bound must reject a mean missing one element or scaled by 1/(n+1), for the sizes the
-    // tests use, with data of one sign (the realistic worst case for detection is a small
-    // dropped value among large ones: use [0.5, 1.5) so every element matters).
-    for n in [5usize, 37, 512, 4096, 65536] {
+    // Random data, general bound (any order, depth n-1): provably catches a dropped element of
+    // magnitude >= min|x| while n * gamma(n-1) * mean|x| < min|x|, i.e. for the small sizes here.
+    for n in [5usize, 37, 200] {
         let x: Vec<f32> = values(n, 3).iter().map(|v| 1.0 + v.abs().min(1.0) * 0.5).collect();
         let exact: f64 = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
         let abs: f64 = x.iter().map(|&v| v as f64).sum();
         let tol = mean_tol(abs, n, exact);
         let min_x = x.iter().copied().fold(f32::INFINITY, f32::min) as f64;
-        let dropped = (abs - min_x) / n as f64;
-        let wrong = abs / (n + 1) as f64;
-        assert!((dropped - exact).abs() > tol, "n {n}: dropping an element stays within tolerance {tol:e}");
-        assert!((wrong - exact).abs() > tol, "n {n}: dividing by n+1 stays within tolerance {tol:e}");
-        // And the real kernels stay within it.
-        for (isa, pool) in &configs() {
-            let mut out = [0f32];
-            mean::mean_f32(&Ctx { isa: *isa, pool }, &x, &[n], &[0], &mut out).unwrap();
-            assert!((out[0] as f64 - exact).abs() <= tol, "n {n} {}", label(*isa, pool));
+        assert!(((abs - min_x) / n as f64 - exact).abs() > tol, "n {n}: a dropped element passes {tol:e}");
+        assert!((abs / (n + 1) as f64 - exact).abs() > tol, "n {n}: dividing by n+1 passes {tol:e}");
+    }
+    // Integer data: the sum is exact in every order, so the bound is 2 roundings of the scale and
+    // catches a dropped element or a wrong divisor at every size, on both mean paths.
+    let configs = configs();
+    for (shape, axes) in [
+        (vec![4, 65536], vec![1]),
+        (vec![65536, 4], vec![0]),
+        (vec![3, 4096, 5], vec![0, 2]),
+        (vec![64, 600, 3], vec![1]),
+    ] {
+        let nx: usize = shape.iter().product();
+        let x = small_integers(nx, 5);
+        let (want, abs, n) = mean_f64(&x, &shape, &axes);
+        assert!(abs.iter().all(|&a| a <= (1u64 << 24) as f64));
+        let (dropped, _, _) = {
+            // The same mean with the first element of every output's reduction missing.
+            let mut xd = x.clone();
+            let st = kernels::strides(&shape);
+            let mut seen = std::collections::HashSet::new();
+            for i in 0..nx {
+                let key: Vec<usize> =
+                    (0..shape.len()).filter(|d| !axes.contains(d)).map(|d| (i / st[d]) % shape[d]).collect();
+                if seen.insert(key) {
+                    xd[i] = 0.0;
+                }
+            }
+            mean_f64(&xd, &shape, &axes)
+        };
+        for i in 0..want.len() {
+            let tol = mean_tol_exact_sum(want[i]);
+            assert!(
+                (dropped[i] - want[i]).abs() > tol || x.iter().all(|&v| v == 0.0),
+                "{shape:?}: a dropped element passes"
+            );
+            assert!(
+                (want[i] * n as f64 / (n + 1) as f64 - want[i]).abs() > tol || want[i] == 0.0,
+                "{shape:?}: n+1 passes"
+            );
+        }
+        let mut out = vec![0f32; want.len()];
+        for (isa, pool) in &configs {
+            mean::mean_f32(&Ctx { isa: *isa, pool }, &x, &shape, &axes, &mut out).unwrap();
+            for i in 0..want.len() {
+                let tol = mean_tol_exact_sum(want[i]);
+                assert!(
+                    (out[i] as f64 - want[i]).abs() <= tol,
+                    "{shape:?} {axes:?} {} output {i}: {} vs {}",
+                    label(*isa, pool),
+                    out[i],
+                    want[i]
+                );
+            }
         }
     }
 }

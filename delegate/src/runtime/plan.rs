@@ -47,6 +47,17 @@ impl Dt {
     }
 }
 
+/// The element type of an owned buffer.
+pub fn dt_of_owned(o: &Owned) -> Dt {
+    match o {
+        Owned::F32(_) => Dt::F32,
+        Owned::F16(_) => Dt::F16,
+        Owned::Bf16(_) => Dt::Bf16,
+        Owned::I8(_) => Dt::I8,
+        Owned::I32(_) => Dt::I32,
+    }
+}
+
 /// An owned typed buffer (constants, segment outputs).
 #[derive(Clone, Debug)]
 pub enum Owned {

@@ -236,7 +236,7 @@ impl Program {
                     seg_i += 1;
                     drop(bound);
                     for (o, &s) in outs.into_iter().zip(outputs) {
-                        let t = self.to_tensor(i, s, o.data, &o.dims)?;
+                        let t = self.to_tensor(&ctx, i, s, o.data, &o.dims)?;
                         slots[s] = Some(Cow::Owned(t));
                     }
                 }
@@ -269,17 +269,40 @@ impl Program {
         Ok(res)
     }
 
-    /// A segment output (physical dims) as a tensor of slot `s` (logical shape, slot format).
-    fn to_tensor(&self, step: usize, s: SlotId, data: Owned, dims: &[usize]) -> Result<Tensor, RuntimeError> {
+    /// A segment output (dims as the segment produced them) as a tensor of slot `s` (logical
+    /// shape, slot format). ExecuTorch hands XNNPACK dims in the tensor's dim order, so the dims
+    /// are normally physical; the layout pass may also produce an NCHW value for a slot tagged
+    /// channels_last (harmless in ExecuTorch when H = W = 1, where both orders share bytes):
+    /// such data is logical row-major and is laid out in the slot's format here.
+    fn to_tensor(
+        &self,
+        ctx: &Ctx,
+        step: usize,
+        s: SlotId,
+        mut data: Owned,
+        dims: &[usize],
+    ) -> Result<Tensor, RuntimeError> {
         let spec = &self.slots[s];
         let err = |what: String| RuntimeError::Shape { step, what };
-        let shape: Vec<usize> = if dims.len() == spec.rank() {
-            let ord = dim_order(spec.format, dims.len());
+        let ord = dim_order(spec.format, dims.len());
+        let as_physical = || {
             let mut logical = vec![0; dims.len()];
             for (pos, &d) in ord.iter().enumerate() {
                 logical[d] = dims[pos];
             }
             logical
+        };
+        let shape: Vec<usize> = if dims.len() == spec.rank() && spec.check_shape(&as_physical()).is_ok() {
+            as_physical()
+        } else if dims.len() == spec.rank() && spec.check_shape(dims).is_ok() {
+            let identity = ord.iter().enumerate().all(|(i, &d)| i == d);
+            if !identity {
+                let mut moved = Owned::zeros(super::plan::dt_of_owned(&data), dims.iter().product());
+                super::kernels::transpose::transpose(ctx, data.view(), dims, &ord, moved.view_mut())
+                    .map_err(|e| err(format!("slot {s}: {e}")))?;
+                data = moved;
+            }
+            dims.to_vec()
         } else if !spec.is_dynamic() && dims.iter().product::<usize>() == spec.max_numel() {
             // XNNPACK declares a 0-D value as [1]; the slot keeps the graph's rank.
             spec.max_shape()

@@ -1,0 +1,330 @@
+//! Lowered programs end to end: every pattern of the issue-3 lowering table (plus fp16, bf16,
+//! dynamic dims and linear), lowered in all three modes, serialized, loaded back and run at 1
+//! and 2 threads, under both policies, on every instruction set; compared with
+//! `reference::eval` (used only here, as the oracle).
+//!
+//! Tolerances per output dtype (u = 2^-24): the programs chain at most a conv (<= 27 products),
+//! a mean (<= 256 terms) and a few elementwise ops on values |x| <= 16, so a reordered f32
+//! evaluation stays within a few hundred u of the magnitudes involved:
+//! fp32 `|got - want| <= 512u * (1 + |want|) * scale` with `scale` the largest |value| of
+//! the output; fp16 and bf16 add one output ulp (results round once more than the oracle's
+//! f64 chain may); qs8 one quantum.
+
+use delegate::program::Step;
+use delegate::runtime::plan::SegmentPlan;
+use delegate::runtime::{Program, RunOptions, RuntimeError, SimdLevel, ThreadPolicy};
+use delegate::{lower_with, LowerOptions, LoweringMode};
+use reference::data::{generate, DataOptions};
+use reference::graph::{Conv2dParams, Graph, GraphBuilder, TensorSpec};
+use reference::{ElemType, MemoryFormat, Tensor};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+fn weights(shape: &[usize], seed: u64) -> Tensor {
+    generate(&TensorSpec::f32(shape), seed, &DataOptions::default())
+}
+
+fn conv(g: &GraphBuilder, x: reference::T, cin: usize, cout: usize, k: usize, seed: u64) -> reference::T {
+    let w = g.constant(weights(&[cout, cin, k, k], seed));
+    let b = g.constant(weights(&[cout], seed + 1));
+    g.conv2d(x, w, Some(b), Conv2dParams { padding: [k / 2, k / 2], ..Default::default() })
+}
+
+/// The patterns, by name.
+fn patterns() -> Vec<(&'static str, Graph, bool)> {
+    let mut v: Vec<(&'static str, Graph, bool)> = Vec::new();
+    let mut add = |name: &'static str, bf16: bool, f: &dyn Fn(&GraphBuilder) -> Vec<reference::T>| {
+        let g = GraphBuilder::new();
+        let outs = f(&g);
+        v.push((name, g.finish(&outs).unwrap_or_else(|e| panic!("{name}: {e}")), bf16));
+    };
+    add("gap_mean_1x8x6x6", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 8, 6, 6]));
+        vec![g.mean(x, &[2, 3], true)]
+    });
+    add("conv_then_gap", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 3, 6, 6]));
+        let y = conv(g, x, 3, 8, 3, 10);
+        vec![g.mean(y, &[2, 3], true)]
+    });
+    add("conv_mean1_conv", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 3, 6, 6]));
+        let y = conv(g, x, 3, 8, 3, 20);
+        let m = g.mean(y, &[1], true);
+        vec![conv(g, m, 1, 4, 1, 30)]
+    });
+    add("conv_minus_channel_mean", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 3, 6, 6]));
+        let y = conv(g, x, 3, 8, 3, 40);
+        vec![g.sub(y, g.mean(y, &[1], true))]
+    });
+    add("channels_last_gap", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 8, 6, 6]).channels_last());
+        vec![g.mean(x, &[2, 3], true)]
+    });
+    add("rmsnorm_1x16x256", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 16, 256]));
+        let ms = g.mean(g.mul(x, x), &[-1], true);
+        let r = g.rsqrt(g.add(ms, g.scalar(1e-6)));
+        let w = g.constant(weights(&[256], 50));
+        vec![g.mul(g.mul(x, r), w)]
+    });
+    add("rmsnorm_then_linear", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 4, 64]));
+        let ms = g.mean(g.square(x), &[-1], true);
+        let y = g.mul(x, g.rsqrt(g.add(ms, g.scalar(1e-5))));
+        let w = g.constant(weights(&[32, 64], 60));
+        let b = g.constant(weights(&[32], 61));
+        vec![g.linear(y, w, Some(b))]
+    });
+    add("qs8_mean_innermost", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 6, 40]));
+        let q = g.quantize(x, 0.02, 3);
+        let d = g.dequantize(q, 0.02, 3);
+        let m = g.mean(d, &[-1], true);
+        vec![g.dequantize(g.quantize(m, 0.01, -2), 0.01, -2)]
+    });
+    add("qs8_mean_middle", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 6, 40]));
+        let d = g.dequantize(g.quantize(x, 0.02, 3), 0.02, 3);
+        let m = g.mean(d, &[1], true);
+        vec![g.dequantize(g.quantize(m, 0.01, -2), 0.01, -2)]
+    });
+    add("mean_all_dims", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 3, 4, 5]));
+        vec![g.mean(x, &[], false)]
+    });
+    add("mean_dim3_nokeep", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 3, 4, 5]));
+        vec![g.mean(x, &[3], false)]
+    });
+    add("mean_dtype_arg", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 3, 4, 5]));
+        vec![g.mean_dtype(x, &[1, 3], true, ElemType::F32)]
+    });
+    add("mean_rank6_mixed_axes", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 3, 2, 4, 3, 5]));
+        vec![g.mean(x, &[0, 2, -1], false)]
+    });
+    add("fp16_mean_and_add", false, &|g| {
+        let x = g.input("x", TensorSpec::f16(&[2, 8, 64]));
+        let m = g.mean(x, &[-1], true);
+        vec![g.sub(x, m)]
+    });
+    add("bf16_mean_enabled", true, &|g| {
+        let x = g.input("x", TensorSpec::bf16(&[1, 8, 6, 6]));
+        vec![g.mean(x, &[2, 3], true)]
+    });
+    add("dynamic_tokens_rmsnorm", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[1, 16, 128]).dynamic(1));
+        let ms = g.mean(g.square(x), &[-1], true);
+        vec![g.mul(x, g.rsqrt(g.add(ms, g.scalar(1e-6))))]
+    });
+    add("permute_reshape_clamp", false, &|g| {
+        let x = g.input("x", TensorSpec::f32(&[2, 3, 4, 5]));
+        let p = g.permute(x, &[0, 2, 3, 1]);
+        let r = g.reshape(p, &[2, -1]);
+        vec![g.clamp(r, Some(-0.5), Some(0.5)), g.relu(g.div(x, g.scalar(3.0)))]
+    });
+    v
+}
+
+fn configs() -> Vec<RunOptions> {
+    let mut v = Vec::new();
+    let simds: Vec<SimdLevel> = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|&s| delegate::runtime::resolve_simd(s).is_ok())
+        .collect();
+    for simd in simds {
+        v.push(RunOptions { threads: 1, policy: ThreadPolicy::CostModel, simd });
+        v.push(RunOptions { threads: 2, policy: ThreadPolicy::CostModel, simd });
+        v.push(RunOptions { threads: 2, policy: ThreadPolicy::PerOutputTasks, simd });
+    }
+    v
+}
+
+fn ulp(dtype: ElemType, v: f64) -> f64 {
+    let bits = match dtype {
+        ElemType::F16 => 10,
+        ElemType::Bf16 => 7,
+        _ => 23,
+    };
+    let a = v.abs().max(if dtype == ElemType::F16 { 6.1e-5 } else { f32::MIN_POSITIVE as f64 });
+    2f64.powi(a.log2().floor() as i32 - bits)
+}
+
+fn compare(got: &Tensor, want: &Tensor, what: &str) {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    assert_eq!(got.format, want.format, "{what}: format");
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    assert_eq!(got.quant, want.quant, "{what}: quant");
+    let (g, w) = (got.values_f64(), want.values_f64());
+    let scale = w.iter().fold(1f64, |a, v| a.max(v.abs()));
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        if a.is_nan() && b.is_nan() {
+            continue;
+        }
+        let tol = match got.dtype() {
+            ElemType::Qs8 => got.quant.map_or(0.0, |q| q.scale as f64) * 1.0001,
+            ElemType::F32 => 512.0 * U * scale,
+            d => 512.0 * U * scale + ulp(d, *b),
+        };
+        assert!((a - b).abs() <= tol, "{what}: element {i}: got {a}, want {b}, tol {tol:e}");
+    }
+}
+
+fn input_for(g: &Graph, k: usize, shape: Option<&[usize]>, seed: u64) -> Tensor {
+    let spec = &g.nodes[g.inputs[k]].spec;
+    let spec = match shape {
+        Some(s) => spec.concretize(s),
+        None => spec.concretize(&spec.max_shape()),
+    };
+    generate(&spec, seed, &DataOptions::default())
+}
+
+#[test]
+fn every_pattern_in_every_mode_matches_the_reference() {
+    let configs = configs();
+    for (name, graph, bf16) in patterns() {
+        let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 7 + k as u64)).collect();
+        let want = reference::eval::run(&graph, &inputs).unwrap_or_else(|e| panic!("{name}: oracle: {e}"));
+        for mode in LoweringMode::ALL {
+            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 })
+                .unwrap_or_else(|e| panic!("{name} {mode}: lowering: {e}"));
+            for opts in &configs {
+                let what = format!("{name} {mode} {opts:?}");
+                let p = Program::new(&lowered, opts).unwrap_or_else(|e| panic!("{what}: load: {e}"));
+                // Twice: the second run reuses the blocks and the pool.
+                for _ in 0..2 {
+                    let got = p.run(&inputs).unwrap_or_else(|e| panic!("{what}: run: {e}"));
+                    assert_eq!(got.len(), want.len(), "{what}");
+                    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                        compare(g, w, &format!("{what} output {k}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn print_summaries() {
+    if std::env::var("RT_PRINT").is_err() {
+        return;
+    }
+    for (name, graph, bf16) in patterns() {
+        for mode in LoweringMode::ALL {
+            let l = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 }).unwrap();
+            let s = &l.summary;
+            let outside: Vec<&str> = s.outside.iter().map(|o| o.op.as_str()).collect();
+            println!("{name:28} {mode:12} delegates {} outside {outside:?} nodes {:?}", s.delegates, s.node_counts);
+        }
+    }
+}
+
+#[test]
+fn payloads_are_the_serializer_bytes_and_load_back() {
+    for (name, graph, bf16) in patterns() {
+        for mode in LoweringMode::ALL {
+            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 }).unwrap();
+            let p = Program::new(&lowered, &RunOptions::default()).unwrap();
+            let segs: Vec<_> = lowered
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Delegate(d) => Some(d),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(p.payloads().len(), segs.len(), "{name} {mode}");
+            for (bytes, seg) in p.payloads().iter().zip(segs) {
+                assert_eq!(bytes, &delegate::serialize::write(&seg.graph), "{name} {mode}");
+                let back = delegate::serialize::load(bytes, &Default::default()).unwrap();
+                assert_eq!(back.nodes, seg.graph.nodes, "{name} {mode}: the loader returns the nodes written");
+            }
+        }
+    }
+}
+
+#[test]
+fn dynamic_dims_resize_within_bounds() {
+    let (_, graph, _) = patterns().into_iter().find(|p| p.0 == "dynamic_tokens_rmsnorm").unwrap();
+    for mode in LoweringMode::ALL {
+        let lowered = lower_with(&graph, &LowerOptions::new(mode)).unwrap();
+        for opts in configs() {
+            let p = Program::new(&lowered, &opts).unwrap();
+            for tokens in [16, 1, 5, 16, 9] {
+                let x = input_for(&graph, 0, Some(&[1, tokens, 128]), tokens as u64);
+                let want = reference::eval::run(&graph, std::slice::from_ref(&x)).unwrap();
+                let got = p.run(std::slice::from_ref(&x)).unwrap();
+                compare(&got[0], &want[0], &format!("{mode} {opts:?} tokens {tokens}"));
+            }
+            let too_big = input_for(&graph, 0, Some(&[1, 16, 128]), 1);
+            let mut big = too_big.clone();
+            big.shape = vec![1, 17, 128];
+            big.data = reference::TensorData::F32(vec![0.0; 17 * 128]);
+            assert!(matches!(p.run(&[big]), Err(RuntimeError::BadInput { index: 0, .. })), "{mode}: above the bound");
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_get_typed_errors() {
+    let (_, graph, _) = patterns().into_iter().find(|p| p.0 == "channels_last_gap").unwrap();
+    let lowered = lower_with(&graph, &LowerOptions::new(LoweringMode::StaticMean)).unwrap();
+    let p = Program::new(&lowered, &RunOptions::threads(2)).unwrap();
+    let good = input_for(&graph, 0, None, 3);
+    assert!(p.run(std::slice::from_ref(&good)).is_ok());
+    assert!(matches!(p.run(&[]), Err(RuntimeError::InputCount { expected: 1, found: 0 })));
+    assert!(matches!(p.run(&[good.clone(), good.clone()]), Err(RuntimeError::InputCount { .. })));
+    let contiguous = good.to_contiguous();
+    assert!(matches!(p.run(&[contiguous]), Err(RuntimeError::InputFormat { index: 0, .. })));
+    let mut half = good.clone();
+    half.data = reference::TensorData::F16(vec![half::f16::ZERO; good.numel()]);
+    assert!(matches!(p.run(&[half]), Err(RuntimeError::InputDtype { index: 0, .. })));
+    let mut shape = good.clone();
+    shape.shape = vec![1, 8, 6, 5];
+    assert!(matches!(p.run(&[shape]), Err(RuntimeError::BadInput { index: 0, .. })));
+    let mut short = good.clone();
+    short.data = reference::TensorData::F32(vec![0.0; 3]);
+    assert!(matches!(p.run(&[short]), Err(RuntimeError::BadInput { index: 0, .. })));
+    // An instruction set the CPU lacks is refused at load time, not at run time.
+    if delegate::runtime::simd::Isa::avx512().is_none() {
+        let opts = RunOptions { simd: SimdLevel::Avx512, ..Default::default() };
+        assert!(matches!(Program::new(&lowered, &opts), Err(RuntimeError::SimdUnavailable { .. })));
+    }
+}
+
+#[test]
+fn intermediate_buffers_are_reused_by_liveness() {
+    // A chain of elementwise ops: at most two intermediates are live at once.
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[4, 256]));
+    let mut y = g.square(x);
+    for _ in 0..6 {
+        y = g.add(g.rsqrt(g.add(y, g.scalar(1.0))), x);
+    }
+    let graph = g.finish(&[y]).unwrap();
+    let lowered = lower_with(&graph, &LowerOptions::new(LoweringMode::StaticMean)).unwrap();
+    let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
+    let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
+    let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).unwrap();
+    let intermediates = plan.nodes.len() - 1;
+    assert!(intermediates >= 10, "{intermediates}");
+    assert!(plan.block_lines.len() <= 3, "{} blocks for {intermediates} intermediates", plan.block_lines.len());
+    let x = input_for(&graph, 0, None, 1);
+    let p = Program::new(&lowered, &RunOptions::default()).unwrap();
+    compare(&p.run(std::slice::from_ref(&x)).unwrap()[0], &reference::eval::run(&graph, &[x]).unwrap()[0], "chain");
+}
+
+#[test]
+fn force_scalar_env_is_honoured_by_resolution() {
+    // The variable is read at load time; other tests may run concurrently, so only check the
+    // function that reads it when it is set for this process.
+    if std::env::var("DELEGATE_FORCE_SCALAR").is_ok_and(|v| v == "1") {
+        assert_eq!(delegate::runtime::resolve_simd(SimdLevel::Auto).unwrap().name(), "scalar");
+    } else {
+        assert_ne!(delegate::runtime::resolve_simd(SimdLevel::Scalar).unwrap().name(), "avx2");
+    }
+    let _ = MemoryFormat::Contiguous;
+}
