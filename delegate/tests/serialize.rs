@@ -442,3 +442,15 @@ fn flatc_built_buffers_decode_to_the_same_graphs() {
         );
     }
 }
+
+#[test]
+fn old_runtime_refuses_static_mean_cleanly() {
+    // Notes 6-B11: a runtime built before the change does not know XNNStaticMean.
+    let old = LoadLimits::old_runtime();
+    assert_eq!(old.known_node_types, 47);
+    let e = load(&write(&static_mean_example()), &old).unwrap_err();
+    assert_eq!(e, LoadError::UnknownNodeType { node: 0, type_id: 48 });
+    assert!(e.to_string().contains("unhandled node type"), "{e}");
+    assert_eq!(load(&write(&gap_example()), &old).unwrap(), gap_example());
+    assert!(load(&write(&all_kinds_example()), &old).is_err());
+}

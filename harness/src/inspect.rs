@@ -84,6 +84,8 @@ struct GraphReport {
     constants: usize,
     named_constants: usize,
     constant_data_bytes: usize,
+    /// Whether a runtime built before `XNNStaticMean` was appended loads it (notes 6-B11).
+    loads_on_old_runtime: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     nodes: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,6 +118,14 @@ fn payload_report(source: String, bytes: &[u8], list: bool) -> PayloadReport {
                     .filter(|c| c.named_key.as_deref().is_some_and(|k| !k.is_empty()))
                     .count(),
                 constant_data_bytes: g.constant_bytes.len(),
+                loads_on_old_runtime: decode(
+                    bytes,
+                    &LoadLimits {
+                        known_node_types: LoadLimits::old_runtime().known_node_types,
+                        ..LoadLimits::lenient()
+                    },
+                )
+                .is_ok(),
                 nodes: list.then(|| g.nodes.iter().map(serialize::diff::describe_node).collect()),
                 values: list.then(|| g.values.iter().map(serialize::diff::describe_value).collect()),
             }),
@@ -249,6 +259,9 @@ fn render_text(r: &Report) -> String {
             g.named_constants,
             g.constant_data_bytes
         );
+        if !g.loads_on_old_runtime {
+            out!("  needs a runtime with XNNStaticMean: older runtimes fail with \"Unhandled node type\"");
+        }
         out!("  node counts:");
         for (name, n) in &g.node_counts {
             out!("    {name:<28} {n}");
@@ -317,6 +330,7 @@ mod tests {
         assert_eq!(g.node_counts, want);
         assert_eq!(g.named_constants, 2);
         assert_eq!(g.header.unwrap().flatbuffer_size, 1176);
+        assert!(g.loads_on_old_runtime, "real 1.5.1 payloads predate the change");
         // c has two XNNPACK delegates and the mean outside.
         let r = report("c.pte".into(), &fixture("c.pte"), false).unwrap();
         assert_eq!(r.payloads.len(), 2);
@@ -329,6 +343,44 @@ mod tests {
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["payloads"][1]["graph"]["node_counts"]["XNNStaticTranspose"], 2);
         assert_eq!(j["program"]["extended_header"]["segment_base_offset"], 2048);
+    }
+
+    #[test]
+    fn flags_payloads_that_need_the_new_node() {
+        use delegate::xnn::*;
+        let v = |id, ext, flags, dims: &[u32]| XValue {
+            datatype: XnnDatatype::Fp32,
+            dims: dims.to_vec(),
+            constant_buffer_idx: 0,
+            external_id: ext,
+            flags,
+            id_out: id,
+            quant: None,
+        };
+        let g = XnnGraph {
+            version: "0".into(),
+            nodes: vec![XNode {
+                kind: XNodeKind::StaticMean {
+                    reduction_axes: vec![1],
+                    input_id: 0,
+                    output_id: 1,
+                    flags: FLAG_KEEP_DIMS,
+                },
+                debug_handle: 1,
+                output_min_max: None,
+            }],
+            values: vec![v(0, 0, 1, &[2, 16]), v(1, 1, 2, &[2, 1])],
+            num_externs: 2,
+            input_ids: vec![0],
+            output_ids: vec![1],
+            constant_data: vec![ConstantDataOffset { offset: 0, size: 0, named_key: Some(String::new()) }],
+            constant_bytes: vec![],
+        };
+        let r = report("mean.xnn".into(), &serialize::write(&g), false).unwrap();
+        let gr = r.payloads[0].graph.as_ref().unwrap();
+        assert!(!gr.loads_on_old_runtime);
+        assert_eq!(gr.node_counts["XNNStaticMean"], 1);
+        assert!(render_text(&r).contains("Unhandled node type"));
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct LoadLimits {
     /// key), as every real ExecuTorch payload has. Off for the runtime, which cannot
     /// resolve them; on for inspection ([`LoadLimits::lenient`]).
     pub allow_named_constants: bool,
+    /// How many `XNodeUnion` members this runtime knows (ids above are "Unhandled node
+    /// type"); all of them by default. [`LoadLimits::old_runtime`] models a runtime built
+    /// before `XNNStaticMean` was appended (notes 6-B11).
+    pub known_node_types: u8,
 }
 
 impl Default for LoadLimits {
@@ -49,6 +53,7 @@ impl Default for LoadLimits {
             max_depth: 64,
             max_tables: 1 << 20,
             allow_named_constants: false,
+            known_node_types: NODE_TYPE_NAMES.len() as u8,
         }
     }
 }
@@ -57,6 +62,13 @@ impl LoadLimits {
     /// Default limits, with named (`.pte` data store) constants accepted.
     pub fn lenient() -> LoadLimits {
         LoadLimits { allow_named_constants: true, ..LoadLimits::default() }
+    }
+
+    /// A runtime built before the static-mean change: it knows every member up to
+    /// `XNNCos` and fails cleanly on `XNNStaticMean`.
+    pub fn old_runtime() -> LoadLimits {
+        let known = crate::xnn::node_type_id("XNNStaticMean").map_or(NODE_TYPE_NAMES.len() as u8, |id| id - 1);
+        LoadLimits { known_node_types: known, ..LoadLimits::default() }
     }
 }
 
@@ -216,7 +228,7 @@ fn decode_graph(root: fb::XNNGraph<'_>, constants: &[u8], limits: &LoadLimits) -
     let mut nodes = Vec::with_capacity(xnodes.len());
     let mut flow = Flow::new(&values, &info);
     for (i, xn) in xnodes.iter().enumerate() {
-        let node = decode_node(i, xn)?;
+        let node = decode_node(i, xn, limits.known_node_types)?;
         check_node(i, &node, xn, &values, &info, &mut flow)?;
         nodes.push(node);
     }
@@ -487,13 +499,13 @@ fn quant_name(q: &QuantParams) -> &'static str {
     }
 }
 
-fn decode_node(i: usize, xn: fb::XNode<'_>) -> Result<XNode, LoadError> {
+fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNode, LoadError> {
     use XNodeKind::*;
     let type_id = xn.xnode_union_type().0;
     if type_id == 0 {
         return Err(LoadError::NoneNode { node: i });
     }
-    if type_id as usize > NODE_TYPE_NAMES.len() {
+    if type_id as usize > NODE_TYPE_NAMES.len() || type_id > known_node_types {
         return Err(LoadError::UnknownNodeType { node: i, type_id });
     }
     if xn.xnode_union().is_none() {
