@@ -328,3 +328,67 @@ fn force_scalar_env_is_honoured_by_resolution() {
     }
     let _ = MemoryFormat::Contiguous;
 }
+
+#[test]
+fn portable_kernels_match_the_reference_for_every_op() {
+    use delegate::runtime::kernels::portable;
+    let cases: Vec<(&str, Graph)> = {
+        let mut v = Vec::new();
+        let mut add = |name: &'static str, f: &dyn Fn(&GraphBuilder) -> reference::T| {
+            let g = GraphBuilder::new();
+            let o = f(&g);
+            v.push((name, g.finish(&[o]).unwrap_or_else(|e| panic!("{name}: {e}"))));
+        };
+        add("mean", &|g| g.mean(g.input("x", TensorSpec::f32(&[2, 3, 4, 5])), &[1, -1], false));
+        add("mean_dtype_f16", &|g| g.mean_dtype(g.input("x", TensorSpec::f32(&[2, 3, 4])), &[0], true, ElemType::F16));
+        add("mean_bf16_cl", &|g| g.mean(g.input("x", TensorSpec::bf16(&[1, 4, 3, 5]).channels_last()), &[1], true));
+        add("conv_grouped", &|g| {
+            let x = g.input("x", TensorSpec::f32(&[1, 4, 5, 6]));
+            let w = g.constant(weights(&[6, 2, 3, 2], 70));
+            g.conv2d(x, w, None, Conv2dParams { stride: [2, 1], padding: [1, 0], dilation: [1, 2], groups: 2 })
+        });
+        add("binary_broadcast", &|g| {
+            g.div(g.input("a", TensorSpec::f32(&[2, 1, 5])), g.input("b", TensorSpec::f32(&[3, 1])))
+        });
+        add("square", &|g| g.square(g.input("x", TensorSpec::f16(&[3, 7]))));
+        add("rsqrt", &|g| g.rsqrt(g.input("x", TensorSpec::f32(&[3, 7]))));
+        add("clamp", &|g| g.hardtanh(g.input("x", TensorSpec::f32(&[3, 7])), -0.25, 0.5));
+        add("linear", &|g| {
+            let x = g.input("x", TensorSpec::f32(&[2, 3, 8]));
+            g.linear(x, g.constant(weights(&[5, 8], 71)), Some(g.constant(weights(&[5], 72))))
+        });
+        add("quantize", &|g| g.quantize(g.input("x", TensorSpec::f32(&[4, 9])), 0.03, -7));
+        add("dequantize", &|g| {
+            let q = reference::QuantParams::new(0.05, 4);
+            g.dequantize(g.input("x", TensorSpec::qs8(&[4, 9], q)), 0.05, 4)
+        });
+        add("reshape", &|g| g.reshape(g.input("x", TensorSpec::f32(&[2, 3, 4])), &[4, -1]));
+        add("permute", &|g| g.permute(g.input("x", TensorSpec::f32(&[2, 3, 4])), &[2, 0, -2]));
+        // `_to_copy(dtype=bf16, memory_format=channels_last)` as one node.
+        let xs = TensorSpec::f32(&[1, 3, 4, 5]);
+        let op = reference::Op::ToCopy { dtype: Some(ElemType::Bf16), format: Some(MemoryFormat::ChannelsLast) };
+        let spec = reference::graph::infer(&op, &[&xs]).unwrap();
+        let nodes = vec![
+            reference::graph::Node { op: reference::Op::Input { name: "x".into() }, inputs: vec![], spec: xs },
+            reference::graph::Node { op, inputs: vec![0], spec },
+        ];
+        v.push(("to_copy_dtype_format", Graph { nodes, inputs: vec![0], outputs: vec![1] }));
+        v
+    };
+    for (name, graph) in cases {
+        graph.validate().unwrap();
+        let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 90 + k as u64)).collect();
+        let want = reference::eval::run(&graph, &inputs).unwrap();
+        let node = &graph.nodes[graph.outputs[0]];
+        let ins: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|&i| match &graph.nodes[i].op {
+                reference::Op::Constant { tensor } => tensor,
+                _ => &inputs[graph.inputs.iter().position(|&k| k == i).unwrap()],
+            })
+            .collect();
+        let got = portable::run(&node.op, &ins, &node.spec).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compare(&got, &want[0], name);
+    }
+}

@@ -122,9 +122,15 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
     let want = |n: usize| if ins.len() < n { Err(format!("{} needs {n} inputs", op.name())) } else { Ok(()) };
     let (shape, vals) = match op {
         Op::Input { .. } | Op::Constant { .. } => return Err("inputs and constants are not ops".into()),
-        Op::Mean { dims, keepdim, .. } => {
+        Op::Mean { dims, keepdim, dtype } => {
             let axes = mean_axes(dims, x.rank()).map_err(|e| e.to_string())?;
-            let v = floats(x)?;
+            let mut v = floats(x)?;
+            // `dtype=`: the input is cast to it before the reduction (PyTorch's definition).
+            match dtype {
+                Some(ElemType::F16) => v.iter_mut().for_each(|e| *e = f16::from_f32(*e).to_f32()),
+                Some(ElemType::Bf16) => v.iter_mut().for_each(|e| *e = bf16::from_f32(*e).to_f32()),
+                _ => {}
+            }
             let st = strides(&x.shape);
             let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
             let kshape: Vec<usize> = kept.iter().map(|&d| x.shape[d]).collect();
