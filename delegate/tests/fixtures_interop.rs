@@ -237,3 +237,27 @@ fn decoded_fixtures_rewrite_to_the_same_bytes() {
         }
     }
 }
+
+#[test]
+fn named_constants_inline_from_the_pte() {
+    // Every constant lives in the .pte named data store under the sha256 of its bytes;
+    // inlined, the payload loads strictly (what our runtime needs) and keeps its graph.
+    let m = manifest();
+    for (name, p) in patterns(&m) {
+        let bytes = read(p["pte"]["file"].as_str().unwrap());
+        let f = pte::parse(&bytes).unwrap();
+        for d in f.xnnpack() {
+            let g = load_lenient(d.bytes).unwrap();
+            let inlined = f.inline_named_constants(&g).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let strict = delegate::serialize::load(&write(&inlined), &LoadLimits::default())
+                .unwrap_or_else(|e| panic!("{name}: inlined payload refused: {e}"));
+            assert_eq!(strict, inlined);
+            assert_eq!((strict.nodes.clone(), strict.values.clone()), (g.nodes.clone(), g.values.clone()));
+            for (c, orig) in strict.constant_data.iter().zip(&g.constant_data).skip(1) {
+                let data = &strict.constant_bytes[c.offset as usize..(c.offset + c.size) as usize];
+                assert_eq!(&sha(data), orig.named_key.as_ref().unwrap(), "{name}: key is the sha256 of the data");
+                assert_eq!(c.offset % 16, 0);
+            }
+        }
+    }
+}

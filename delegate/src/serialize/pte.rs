@@ -8,6 +8,7 @@
 //! accessors generated from `schema/program.fbs`; every segment range is bounds-checked.
 
 use super::prog;
+use crate::xnn::XnnGraph;
 
 /// The backend id of ExecuTorch's XNNPACK delegate.
 pub const XNNPACK_BACKEND_ID: &str = "XnnpackBackend";
@@ -29,6 +30,8 @@ pub enum PteError {
     BadDelegate { plan: usize, delegate: usize, reason: String },
     #[error("{0} is missing")]
     Missing(&'static str),
+    #[error("constant_data[{index}] key {key}: {reason}")]
+    NamedData { index: usize, key: String, reason: String },
 }
 
 /// The `eh00` extended header.
@@ -88,12 +91,52 @@ pub struct PteFile<'a> {
     pub named_data: Vec<NamedData>,
     /// Operators of every plan, as `name.overload`.
     pub operators: Vec<String>,
+    /// The whole file, for segment lookups.
+    #[serde(skip)]
+    pub file: &'a [u8],
 }
 
 impl<'a> PteFile<'a> {
     /// The XNNPACK delegates, in plan then delegate order.
     pub fn xnnpack(&self) -> impl Iterator<Item = &Delegate<'a>> {
         self.delegates.iter().filter(|d| d.backend_id == XNNPACK_BACKEND_ID)
+    }
+
+    /// The bytes the named data store holds under `key` (a whole segment).
+    pub fn named_data_bytes(&self, key: &str) -> Option<&'a [u8]> {
+        let n = self.named_data.iter().find(|n| n.key == key)?;
+        let seg = self.segments.get(n.segment_index as usize)?;
+        let s = seg.file_offset as usize;
+        self.file.get(s..s + seg.size as usize)
+    }
+
+    /// `graph` (a payload of this file) with every named-data-store constant copied into
+    /// its own constant region (16-byte aligned, offset entries with an empty key, as
+    /// ExecuTorch's offset path writes them), so that the strict loader and our runtime can
+    /// use real ExecuTorch payloads.
+    pub fn inline_named_constants(&self, graph: &XnnGraph) -> Result<XnnGraph, PteError> {
+        let mut g = graph.clone();
+        for (i, c) in g.constant_data.iter_mut().enumerate() {
+            let Some(key) = c.named_key.as_deref().filter(|k| !k.is_empty()) else { continue };
+            let data = self.named_data_bytes(key).ok_or_else(|| PteError::NamedData {
+                index: i,
+                key: key.to_string(),
+                reason: "is not in the named data store".into(),
+            })?;
+            let size =
+                usize::try_from(c.size).ok().filter(|&n| n <= data.len()).ok_or_else(|| PteError::NamedData {
+                    index: i,
+                    key: key.to_string(),
+                    reason: format!("needs {} bytes, the segment holds {}", c.size, data.len()),
+                })?;
+            while g.constant_bytes.len() % 16 != 0 {
+                g.constant_bytes.push(0);
+            }
+            c.offset = g.constant_bytes.len() as u64;
+            c.named_key = Some(String::new());
+            g.constant_bytes.extend_from_slice(&data[..size]);
+        }
+        Ok(g)
     }
 }
 
@@ -222,7 +265,7 @@ pub fn parse(bytes: &[u8]) -> Result<PteFile<'_>, PteError> {
         .flatten()
         .map(|n| NamedData { key: n.key().unwrap_or("").to_string(), segment_index: n.segment_index() })
         .collect();
-    Ok(PteFile { extended_header: eh, segments, delegates, named_data, operators })
+    Ok(PteFile { extended_header: eh, segments, delegates, named_data, operators, file: bytes })
 }
 
 /// The bytes of every XNNPACK delegate payload in a `.pte` file, in plan then delegate order.
