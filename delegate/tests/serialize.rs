@@ -324,6 +324,11 @@ fn refuses_bad_quant_params() {
         g.values[1].quant = Some(QuantParams::PerTensor { scale, zero_point: 0 });
         assert_refused!(g, LoadError::BadQuant { value: 1, .. });
     }
+    for (value, zero_point) in [(1, 128), (1, -129), (5, 300)] {
+        let mut g = quantized_example();
+        g.values[value].quant = Some(QuantParams::PerTensor { scale: 0.1, zero_point });
+        assert_refused!(g, LoadError::BadQuant { .. });
+    }
     let mut g = quantized_example();
     g.values[1].quant = None;
     assert_refused!(g, LoadError::BadQuant { value: 1, .. });

@@ -452,11 +452,19 @@ fn check_quant(i: usize, v: &XValue, constants: &[ConstantDataOffset]) -> Result
             bad(format!("missing for {}", v.datatype.name()))
         }
         (None, _) => Ok(()),
-        (Some(QuantParams::PerTensor { scale, .. }), Qint8 | Quint8 | Qint32) => {
-            if scale_ok(*scale) {
-                Ok(())
-            } else {
+        (Some(QuantParams::PerTensor { scale, zero_point }), d @ (Qint8 | Quint8 | Qint32)) => {
+            // The zero point must be representable, as xnn_define_quantized_tensor_value checks.
+            let range = match d {
+                Qint8 => -128..=127,
+                Quint8 => 0..=255,
+                _ => 0..=0,
+            };
+            if !scale_ok(*scale) {
                 bad(format!("scale {scale} is not finite and positive"))
+            } else if !range.contains(zero_point) {
+                bad(format!("zero_point {zero_point} is outside {range:?} for {}", d.name()))
+            } else {
+                Ok(())
             }
         }
         (
