@@ -53,6 +53,14 @@ pub enum LowerError {
     Internal { reason: String },
 }
 
+/// Whether a hand-off slot of this spec holds NHWC data, i.e. delegates declare it with
+/// [N, H, W, C] dims: channels_last and not also contiguous (ExecuTorch's
+/// `_is_nhwc_tensor`). A channels_last shape with C == 1 or H == W == 1 has the same bytes
+/// in both orders and is handed off with NCHW dims.
+pub fn slot_is_nhwc(spec: &TensorSpec) -> bool {
+    layout::eager_nhwc(spec)
+}
+
 /// Lowers `graph` in `mode` with ExecuTorch's default options (bf16 off).
 pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, LowerError> {
     lower_with(graph, &LowerOptions::new(mode))
