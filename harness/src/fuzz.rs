@@ -1,9 +1,560 @@
-//! `harness fuzz` (to be written).
+//! `harness fuzz`: the main job. Generates cases, runs every oracle on each, and turns the
+//! first failure (or every one, with `--keep-going`) into a minimized regression case under
+//! `corpora/regressions/<oracle>-<hash>.json`, written before the process exits non-zero,
+//! panics included.
+//!
+//! ```text
+//! cargo run --release -p harness -- fuzz                       # 60 s, random seed
+//! cargo run --release -p harness -- fuzz --duration 600 --shard 1/4 --seed 42
+//! cargo run --release -p harness -- fuzz --cases 100000 --keep-going
+//! cargo run --release -p harness -- fuzz --pattern rms_norm --dtype f16
+//! ```
+//!
+//! Case `k` of a campaign depends only on `(seed, k)`; shard `i/n` runs the cases with
+//! `k % n == i`, so `n` machines with the same seed split one campaign with no overlap, and
+//! `--seed S --cases N` reproduces a run exactly.
+
+use crate::case::{Case, Pattern};
+use crate::gen::{nth_case, GenConfig};
+use crate::minimize::{self, Budget};
+use crate::oracle::{self, CaseReport, CheckOptions};
+use crate::report::{self, Coverage};
+use anyhow::{bail, Context, Result};
+use delegate::program::Step;
+use delegate::LoweringMode;
+use indicatif::{ProgressBar, ProgressStyle};
+use reference::ElemType;
+use std::cell::RefCell;
+use std::io::IsTerminal;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 /// Command-line arguments of `harness fuzz`.
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct FuzzArgs {}
+pub struct FuzzArgs {
+    /// Time budget in seconds (default 60; with --cases and no --duration: no time limit).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Stop after this many cases (of this shard).
+    #[arg(long)]
+    pub cases: Option<u64>,
+    /// Campaign seed (default: from the clock, printed so the run can be repeated).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run shard I of N (`--shard 0/4`): cases with index % N == I.
+    #[arg(long, default_value = "0/1")]
+    pub shard: String,
+    /// Keep fuzzing after a failure (each one is minimized and saved).
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Do not minimize failures (save them as found).
+    #[arg(long)]
+    pub no_minimize: bool,
+    /// Where regression cases are written.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Largest input, in elements.
+    #[arg(long, default_value_t = 4096)]
+    pub max_elems: usize,
+    /// The multi-threaded run's thread count (every case also runs at 1 thread).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Only these patterns (repeatable): mean, add_mean, gap, rms_norm, qk_norm,
+    /// pre_norm_mlp, conv_mean, conv_mean_conv, conv_sub_mean, shared_input.
+    #[arg(long = "pattern")]
+    pub patterns: Vec<String>,
+    /// Only these dtypes (repeatable): f32, f16, bf16, qs8.
+    #[arg(long = "dtype")]
+    pub dtypes: Vec<String>,
+    /// Run the full configuration matrix on every case (both SIMD paths at every thread
+    /// count); by default the multi-threaded run alternates between the paths.
+    #[arg(long)]
+    pub full_matrix: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Write cargo-fuzz seed corpora built from corpora/ into this folder, then exit.
+    #[arg(long, value_name = "DIR")]
+    pub export_fuzz_corpus: Option<PathBuf>,
+}
 
-pub fn run(_args: FuzzArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("harness fuzz: not implemented yet")
+/// A campaign, independent of the command line (the `mutants` job drives it too).
+#[derive(Clone, Debug)]
+pub struct Campaign {
+    pub seed: u64,
+    pub shard: (u64, u64),
+    pub max_cases: Option<u64>,
+    pub duration: Option<Duration>,
+    pub gen: GenConfig,
+    pub keep_going: bool,
+    pub minimize: bool,
+    /// Where to save regressions (`None`: keep them in memory only).
+    pub out_dir: Option<PathBuf>,
+    pub progress: bool,
+    pub full_matrix: bool,
+    pub patterns: Vec<Pattern>,
+    pub dtypes: Vec<ElemType>,
+}
+
+impl Default for Campaign {
+    fn default() -> Self {
+        Campaign {
+            seed: 0,
+            shard: (0, 1),
+            max_cases: None,
+            duration: Some(Duration::from_secs(60)),
+            gen: GenConfig::default(),
+            keep_going: false,
+            minimize: true,
+            out_dir: None,
+            progress: false,
+            full_matrix: false,
+            patterns: vec![],
+            dtypes: vec![],
+        }
+    }
+}
+
+/// One failure found by a campaign.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// Index of the case in the campaign.
+    pub index: u64,
+    /// `<oracle>/<kind>`.
+    pub label: String,
+    pub original: Case,
+    pub minimized: Case,
+    /// The minimized case's verdicts, in full.
+    pub detail: String,
+    pub path: Option<PathBuf>,
+}
+
+/// What a campaign did.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub coverage: Coverage,
+    pub found: Vec<Found>,
+    pub elapsed: Duration,
+    /// Cases generated but filtered out by `--pattern`/`--dtype`.
+    pub filtered: u64,
+}
+
+impl Outcome {
+    pub fn cases_per_second(&self) -> f64 {
+        self.coverage.cases as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+thread_local! {
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, turning a panic into `Err(message with location)`. While a campaign runs the
+/// panic hook records the message instead of printing it.
+fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    LAST_PANIC.with(|p| p.borrow_mut().take());
+    panic::catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
+        LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic with a non-string payload".into())
+        })
+    })
+}
+
+/// Every oracle on a case, a panic becoming a `panic` verdict.
+pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
+    catch(|| oracle::check(case, opts)).unwrap_or_else(CaseReport::panicked)
+}
+
+/// The check options the fuzz loop uses for case `index`: 1 thread on both SIMD paths, and
+/// the multi-threaded run on one path, alternating (or everything with `full`).
+fn loop_options(full: bool, index: u64) -> CheckOptions {
+    if full {
+        CheckOptions::default()
+    } else {
+        CheckOptions::sampled(index)
+    }
+}
+
+/// The label of a report's first failure.
+pub fn failure_label(r: &CaseReport) -> Option<String> {
+    r.first_failure().map(|c| c.label())
+}
+
+/// Runs a campaign.
+pub fn campaign(c: &Campaign) -> Outcome {
+    let prev_hook = panic::take_hook();
+    panic::set_hook(Box::new(|info| {
+        let msg = info.to_string();
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(msg));
+    }));
+    let out = campaign_inner(c);
+    panic::set_hook(prev_hook);
+    out
+}
+
+fn campaign_inner(c: &Campaign) -> Outcome {
+    let start = Instant::now();
+    let mut outcome = Outcome::default();
+    let (shard, nshards) = c.shard;
+    let bar = if c.progress { Some(progress_bar(c)) } else { None };
+    let plain_status = c.progress && !std::io::stderr().is_terminal();
+    let mut last_status = Instant::now();
+    let mut index = shard;
+    loop {
+        if c.max_cases.is_some_and(|m| outcome.coverage.cases >= m) {
+            break;
+        }
+        if c.duration.is_some_and(|d| start.elapsed() >= d) {
+            break;
+        }
+        let case = nth_case(c.seed, index, &c.gen);
+        let this = index;
+        index += nshards;
+        if (!c.patterns.is_empty() && !c.patterns.contains(&case.pattern))
+            || (!c.dtypes.is_empty() && !c.dtypes.contains(&case.dtype))
+        {
+            outcome.filtered += 1;
+            if outcome.filtered > 1_000_000 && outcome.coverage.cases == 0 {
+                break;
+            }
+            continue;
+        }
+        let report = check_caught(&case, &loop_options(c.full_matrix, this));
+        outcome.coverage.record(&case, &report);
+        if let Some(label) = failure_label(&report) {
+            if let Some(b) = &bar {
+                b.suspend(|| eprintln!("\nfailure {label} at case #{this}: {}\nminimizing...", case.label()));
+            }
+            let found = handle_failure(c, this, &case, &label, &report);
+            if let Some(b) = &bar {
+                b.suspend(|| print_found(&found));
+            }
+            outcome.found.push(found);
+            if !c.keep_going {
+                break;
+            }
+        }
+        let n = outcome.coverage.cases;
+        if let Some(b) = &bar {
+            if n % 64 == 0 {
+                let el = start.elapsed().as_secs_f64();
+                match c.max_cases {
+                    Some(_) => b.set_position(n),
+                    None => b.set_position(el as u64),
+                }
+                b.set_message(format!(
+                    "{n} cases, {:.0} cases/s, {} failures",
+                    n as f64 / el.max(1e-9),
+                    outcome.found.len()
+                ));
+            }
+        }
+        if plain_status && last_status.elapsed() > Duration::from_secs(10) {
+            last_status = Instant::now();
+            let el = start.elapsed().as_secs_f64();
+            eprintln!("fuzz: {n} cases in {el:.0} s ({:.0} cases/s), {} failures", n as f64 / el, outcome.found.len());
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    outcome.elapsed = start.elapsed();
+    outcome
+}
+
+fn progress_bar(c: &Campaign) -> ProgressBar {
+    let (len, unit) = match (c.max_cases, c.duration) {
+        (Some(n), _) => (n, "cases"),
+        (None, Some(d)) => (d.as_secs().max(1), "s"),
+        (None, None) => (0, "cases"),
+    };
+    let bar = ProgressBar::new(len);
+    let tmpl = format!("{{spinner}} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit}  {{msg}}");
+    bar.set_style(ProgressStyle::with_template(&tmpl).unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Minimizes (unless disabled), saves, and describes one failure.
+fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &CaseReport) -> Found {
+    // The minimizer and replay check the full matrix, so what we save replays anywhere.
+    let full = CheckOptions::default();
+    let minimized = if c.minimize {
+        let m = minimize::minimize(case, Budget::default(), |cand| {
+            failure_label(&check_caught(cand, &full)).as_deref() == Some(label)
+        });
+        m.case
+    } else {
+        case.clone()
+    };
+    let final_report = check_caught(&minimized, &full);
+    // If the full matrix does not reproduce the loop's failure, keep the case as found.
+    let (minimized, final_report) =
+        if failure_label(&final_report).is_some() { (minimized, final_report) } else { (case.clone(), report.clone()) };
+    let detail = report::verdicts(&final_report);
+    let path = c.out_dir.as_ref().and_then(|dir| {
+        match save_regression(
+            dir,
+            &minimized,
+            label,
+            &format!("harness fuzz --seed {} (case #{index})", c.seed),
+            &final_report,
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("error: could not save the regression case: {e:#}");
+                None
+            }
+        }
+    });
+    Found { index, label: label.to_string(), original: case.clone(), minimized, detail, path }
+}
+
+/// Writes `<dir>/<oracle>-<hash>.json`: two comment lines (label, origin, first detail
+/// line) and the case as one JSON line.
+pub fn save_regression(dir: &Path, case: &Case, label: &str, origin: &str, report: &CaseReport) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let oracle = label.split('/').next().unwrap_or("fail");
+    let path = dir.join(format!("{oracle}-{}.json", case.hash()));
+    let first = report
+        .first_failure()
+        .map(|f| match &f.verdict {
+            oracle::Verdict::Fail { detail, .. } => {
+                format!("{}: {}", f.scope, detail.lines().next().unwrap_or(""))
+            }
+            _ => String::new(),
+        })
+        .unwrap_or_default();
+    let text = format!("// {label}, found by `{origin}`\n// {first}\n{}\n", case.to_json());
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+fn print_found(f: &Found) {
+    eprintln!("FAIL {} (case #{})", f.label, f.index);
+    eprintln!("  found:     {}", f.original.to_json());
+    eprintln!("  minimized: {}", f.minimized.to_json());
+    eprint!("{}", f.detail);
+    if let Some(p) = &f.path {
+        eprintln!("  saved to {}; replay with: cargo run --release -p harness -- replay {}", p.display(), p.display());
+    }
+}
+
+fn parse_shard(s: &str) -> Result<(u64, u64)> {
+    let (i, n) = s.split_once('/').context("--shard wants I/N, e.g. 0/4")?;
+    let (i, n): (u64, u64) = (i.trim().parse()?, n.trim().parse()?);
+    if n == 0 || i >= n {
+        bail!("--shard {s}: need 0 <= I < N");
+    }
+    Ok((i, n))
+}
+
+fn parse_pattern(s: &str) -> Result<Pattern> {
+    Pattern::ALL
+        .iter()
+        .copied()
+        .find(|p| p.name() == s)
+        .with_context(|| format!("unknown pattern {s:?}; one of {:?}", Pattern::ALL.map(|p| p.name())))
+}
+
+fn parse_dtype(s: &str) -> Result<ElemType> {
+    ElemType::ALL
+        .iter()
+        .copied()
+        .find(|d| d.name() == s || format!("{d:?}").to_lowercase() == s)
+        .with_context(|| format!("unknown dtype {s:?}; one of f32, f16, bf16, qs8"))
+}
+
+/// The default place for regressions: `corpora/regressions` under the current directory
+/// when it has `corpora/`, else under the workspace this binary was built from.
+fn default_out_dir() -> PathBuf {
+    let here = PathBuf::from("corpora");
+    if here.is_dir() {
+        return here.join("regressions");
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("corpora");
+    if built.is_dir() {
+        built.join("regressions")
+    } else {
+        here.join("regressions")
+    }
+}
+
+/// The workspace's `corpora/` folder (as [`default_out_dir`] finds it).
+pub fn corpora_dir() -> PathBuf {
+    default_out_dir().parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("corpora"))
+}
+
+/// Every case file under `corpora/seeds` and `corpora/regressions`, sorted.
+pub fn corpus_files(corpora: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = vec![];
+    for sub in ["seeds", "regressions"] {
+        let dir = corpora.join(sub);
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+                let p = e?.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "json" || x == "jsonl") {
+                    files.push(p);
+                }
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Writes cargo-fuzz seed corpora built from `corpora/`: every case as JSON for
+/// `differential` and `roundtrip` (their targets read a JSON case when the input is one),
+/// and every payload of every mode's lowering for `load_bytes`.
+pub fn export_fuzz_corpus(corpora: &Path, out: &Path) -> Result<usize> {
+    let mut written = 0;
+    for t in ["differential", "roundtrip", "load_bytes"] {
+        std::fs::create_dir_all(out.join(t))?;
+    }
+    for f in corpus_files(corpora)? {
+        for case in Case::read_file(&f)? {
+            let json = case.to_json();
+            for t in ["differential", "roundtrip"] {
+                std::fs::write(out.join(t).join(format!("case-{}", case.hash())), &json)?;
+                written += 1;
+            }
+            let Ok(built) = crate::patterns::build(&case) else { continue };
+            for mode in LoweringMode::ALL {
+                let Ok(p) = crate::engine::lower(&built.graph, mode) else { continue };
+                for (k, step) in p.steps.iter().enumerate() {
+                    if let Step::Delegate(seg) = step {
+                        let bytes = crate::engine::write(&seg.graph).unwrap_or_default();
+                        let name = format!("payload-{}-{}-{k}", case.hash(), mode.name());
+                        std::fs::write(out.join("load_bytes").join(name), bytes)?;
+                        written += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(written)
+}
+
+pub fn run(args: FuzzArgs) -> Result<ExitCode> {
+    if let Some(out) = &args.export_fuzz_corpus {
+        let n = export_fuzz_corpus(&corpora_dir(), out)?;
+        println!("wrote {n} seed inputs under {}", out.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        (t.as_nanos() as u64) ^ (std::process::id() as u64) << 32
+    });
+    let shard = parse_shard(&args.shard)?;
+    let duration = match (args.duration, args.cases) {
+        (Some(d), _) if d > 0.0 => Some(Duration::from_secs_f64(d)),
+        (Some(_), _) => bail!("--duration must be positive"),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(60)),
+    };
+    if args.threads < 2 {
+        bail!("--threads is the multi-threaded run's count: at least 2");
+    }
+    let campaign = Campaign {
+        seed,
+        shard,
+        max_cases: args.cases,
+        duration,
+        gen: GenConfig { max_elems: args.max_elems.max(1), threads: args.threads },
+        keep_going: args.keep_going,
+        minimize: !args.no_minimize,
+        out_dir: Some(args.out.clone().unwrap_or_else(default_out_dir)),
+        progress: !args.quiet,
+        full_matrix: args.full_matrix,
+        patterns: args.patterns.iter().map(|p| parse_pattern(p)).collect::<Result<_>>()?,
+        dtypes: args.dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<_>>()?,
+    };
+    let limit = match (campaign.max_cases, campaign.duration) {
+        (Some(n), Some(d)) => format!("{n} cases or {:.0} s", d.as_secs_f64()),
+        (Some(n), None) => format!("{n} cases"),
+        (None, Some(d)) => format!("{:.0} s", d.as_secs_f64()),
+        (None, None) => "no limit".into(),
+    };
+    eprintln!(
+        "harness fuzz: seed {seed}, shard {}/{}, {limit}, inputs up to {} elements, threads 1 and {}{}",
+        shard.0,
+        shard.1,
+        campaign.gen.max_elems,
+        args.threads,
+        if campaign.keep_going { ", keep going" } else { "" }
+    );
+    let outcome = self::campaign(&campaign);
+    let cov = &outcome.coverage;
+    println!(
+        "fuzz: {} cases in {:.1} s ({:.0} cases/s), seed {seed}, shard {}/{}, {} failure{}",
+        cov.cases,
+        outcome.elapsed.as_secs_f64(),
+        outcome.cases_per_second(),
+        shard.0,
+        shard.1,
+        outcome.found.len(),
+        if outcome.found.len() == 1 { "" } else { "s" }
+    );
+    print!("{}", cov.summary());
+    for f in &outcome.found {
+        println!(
+            "FAIL {} (case #{}) -> {}",
+            f.label,
+            f.index,
+            f.path.as_ref().map_or("(not saved)".to_string(), |p| p.display().to_string())
+        );
+    }
+    if !outcome.found.is_empty() {
+        println!(
+            "rerun this campaign with: cargo run --release -p harness -- fuzz --seed {seed} --shard {}/{}",
+            shard.0, shard.1
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_parsing() {
+        assert_eq!(parse_shard("1/4").unwrap(), (1, 4));
+        assert!(parse_shard("4/4").is_err());
+        assert!(parse_shard("1-4").is_err());
+        assert!(parse_shard("0/0").is_err());
+    }
+
+    #[test]
+    fn pattern_and_dtype_names() {
+        assert_eq!(parse_pattern("rms_norm").unwrap(), Pattern::RmsNorm);
+        assert!(parse_pattern("rmsnorm").is_err());
+        assert_eq!(parse_dtype("bf16").unwrap(), ElemType::Bf16);
+        assert_eq!(parse_dtype("fp16").unwrap(), ElemType::F16);
+    }
+
+    #[test]
+    fn a_panic_becomes_a_message_with_its_text() {
+        let prev = panic::take_hook();
+        panic::set_hook(Box::new(|info| {
+            let msg = info.to_string();
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(msg));
+        }));
+        let r: Result<(), String> = catch(|| panic!("boom {}", 7));
+        panic::set_hook(prev);
+        assert!(r.unwrap_err().contains("boom 7"));
+    }
 }

@@ -4,9 +4,16 @@
 //! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both.
 
 pub mod bench;
+pub mod case;
+pub mod engine;
 pub mod fuzz;
 pub mod gate;
+pub mod gen;
 pub mod inspect;
+pub mod minimize;
 pub mod mutants;
+pub mod oracle;
+pub mod patterns;
 pub mod programs;
 pub mod replay;
+pub mod report;

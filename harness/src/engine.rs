@@ -1,0 +1,157 @@
+//! The one place the harness calls the reference and the delegate.
+//!
+//! Oracles and jobs go through these functions only, so an API change in either crate is
+//! absorbed here, and every error comes back as one [`EngineError`] carrying the stage that
+//! failed and, where the crate reports one, the [`ErrorClass`] the errors oracle compares.
+
+use delegate::lower::{lower_with, LowerError, LowerOptions};
+use delegate::runtime::{Program, RunOptions, RuntimeError, SimdLevel, ThreadPolicy};
+use delegate::serialize::{self, LoadLimits};
+use delegate::xnn::XnnGraph;
+use delegate::{LoweredProgram, LoweringMode};
+use reference::data::{self, DataOptions};
+use reference::graph::{ErrorClass, Graph, TensorSpec};
+use reference::Tensor;
+
+/// Where an error came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    Reference,
+    Lower,
+    Serialize,
+    Load,
+    Prepare,
+    Run,
+}
+
+/// An error from either side, with its class when the crate reports one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineError {
+    pub stage: Stage,
+    pub class: Option<ErrorClass>,
+    pub message: String,
+    /// The API this stage needs is not wired in yet (the oracles skip instead of failing).
+    pub unavailable: bool,
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.stage)?;
+        if let Some(c) = self.class {
+            write!(f, " ({c:?})")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl EngineError {
+    fn new(stage: Stage, class: Option<ErrorClass>, message: impl std::fmt::Display) -> Self {
+        EngineError { stage, class, message: message.to_string(), unavailable: false }
+    }
+
+    #[allow(dead_code)]
+    fn unavailable(stage: Stage) -> Self {
+        EngineError { stage, class: None, message: format!("{stage:?} API not available yet"), unavailable: true }
+    }
+}
+
+/// Which SIMD path a run takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Simd {
+    /// The best path the machine supports.
+    Best,
+    /// The portable fallback.
+    Fallback,
+}
+
+impl Simd {
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Best => "simd",
+            Simd::Fallback => "fallback",
+        }
+    }
+}
+
+/// Seeded data for one tensor spec (concrete or at its bounds).
+pub fn generate(spec: &TensorSpec, seed: u64, specials: bool) -> Tensor {
+    data::generate(spec, seed, &DataOptions { specials, distribution: None })
+}
+
+/// Seeded inputs for every graph input, at the given concrete shapes.
+pub fn generate_inputs(graph: &Graph, shapes: &[Vec<usize>], seed: u64, specials: bool) -> Vec<Tensor> {
+    data::generate_inputs(graph, shapes, seed, &DataOptions { specials, distribution: None })
+}
+
+/// The reference interpreter.
+pub fn reference(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
+    reference::eval::run(graph, inputs).map_err(|e| EngineError::new(Stage::Reference, Some(e.kind().class()), e))
+}
+
+/// Lowers a graph in one mode (bf16 lowering enabled, as a user exporting bf16 would).
+pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, EngineError> {
+    let opts = LowerOptions { enable_bf16: true, ..LowerOptions::new(mode) };
+    lower_with(graph, &opts).map_err(|e| {
+        let class = match &e {
+            LowerError::InvalidGraph(g) => Some(g.kind.class()),
+            _ => None,
+        };
+        EngineError::new(Stage::Lower, class, e)
+    })
+}
+
+/// Serializes one delegate segment to payload bytes.
+pub fn write(graph: &XnnGraph) -> Result<Vec<u8>, EngineError> {
+    Ok(serialize::write(graph))
+}
+
+/// Loads payload bytes (untrusted) with the default limits.
+pub fn load(bytes: &[u8]) -> Result<XnnGraph, EngineError> {
+    serialize::load(bytes, &LoadLimits::default()).map_err(|e| EngineError::new(Stage::Load, None, e))
+}
+
+/// A program ready to run at one thread count and SIMD path.
+pub struct Prepared {
+    program: Program,
+}
+
+fn runtime_class(e: &RuntimeError) -> Option<ErrorClass> {
+    match e {
+        RuntimeError::BadInput { kind, .. } => Some(kind.class()),
+        RuntimeError::InputCount { .. } => Some(ErrorClass::Structure),
+        RuntimeError::InputDtype { .. } => Some(ErrorClass::Dtype),
+        RuntimeError::InputFormat { .. } | RuntimeError::Shape { .. } => Some(ErrorClass::Shape),
+        _ => None,
+    }
+}
+
+/// Builds a runnable program (serializing and loading every segment). Multi-threaded runs
+/// of the SIMD path use XNNPACK's per-output tasks, so even small reductions are split
+/// across threads; the fallback path uses the cost model (the default).
+pub fn prepare(program: &LoweredProgram, threads: usize, simd: Simd) -> Result<Prepared, EngineError> {
+    let policy = if threads > 1 && simd == Simd::Best { ThreadPolicy::PerOutputTasks } else { ThreadPolicy::CostModel };
+    let level = match simd {
+        Simd::Best => SimdLevel::Auto,
+        Simd::Fallback => SimdLevel::Scalar,
+    };
+    let opts = RunOptions { threads, policy, simd: level };
+    Program::new(program, &opts)
+        .map(|program| Prepared { program })
+        .map_err(|e| EngineError::new(Stage::Prepare, runtime_class(&e), e))
+}
+
+impl Prepared {
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
+        self.program.run(inputs).map_err(|e| EngineError::new(Stage::Run, runtime_class(&e), e))
+    }
+
+    /// The payload bytes of each segment, as the runtime loaded them.
+    pub fn payloads(&self) -> Vec<Vec<u8>> {
+        self.program.payloads().to_vec()
+    }
+
+    /// The instruction set the kernels run with.
+    pub fn isa_name(&self) -> &'static str {
+        self.program.isa_name()
+    }
+}

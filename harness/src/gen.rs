@@ -1,0 +1,348 @@
+//! Case generators.
+//!
+//! Every generator draws [`Knobs`], a flat record of small integers, and maps them to a
+//! [`Case`] with [`Knobs::to_case`], a total function that makes every combination valid
+//! (or deliberately invalid) for its pattern. Three sources share that mapping:
+//! - the fuzz loop ([`Knobs::random`], seeded splitmix64, biased toward interesting cases);
+//! - proptest ([`strategies`]): each knob's smallest value is its simplest meaning, so
+//!   shrinking moves toward lower rank, smaller sizes, fewer dims, a simpler pattern,
+//!   contiguous before channels_last, fp32 before other dtypes, valid before invalid;
+//! - libFuzzer, through `arbitrary::Arbitrary` (derived for `Knobs`, implemented for `Case`).
+
+pub mod strategies;
+
+use crate::case::{Case, InvalidKind, Pattern};
+use arbitrary::Arbitrary;
+use delegate::LoweringMode;
+use reference::data::SplitMix64;
+use reference::{ElemType, MemoryFormat};
+
+/// Limits every generator respects.
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Largest input (elements at the bound shape).
+    pub max_elems: usize,
+    /// Thread count used besides 1.
+    pub threads: usize,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig { max_elems: 4096, threads: 2 }
+    }
+}
+
+/// Raw generator choices; see the module docs. Smaller is simpler for every field.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Arbitrary)]
+pub struct Knobs {
+    /// Index into [`Pattern::ALL`].
+    pub pattern: u8,
+    /// Rank minus one, for patterns that choose their rank.
+    pub rank: u8,
+    /// Dim sizes: below 200 they mean `1 + s % 9`; above, one of 16, 17, 31, 33, 64, 100, 128.
+    pub sizes: [u8; 6],
+    /// 0: one dim; 1: a subset; 2: `[]` (every dim); 3: every dim listed.
+    pub dims_kind: u8,
+    /// The one dim, or the subset's bit mask.
+    pub dim_pick: u8,
+    /// Bit mask of dims written negative; bit 7 reverses the list.
+    pub negative: u8,
+    pub keepdim: bool,
+    /// 0 fp32, 1 fp16, 2 bf16, 3 qs8.
+    pub dtype: u8,
+    pub channels_last: bool,
+    pub mean_dtype: bool,
+    /// Bit mask of dynamic dims.
+    pub dynamic: u8,
+    pub param: u8,
+    pub variant: u8,
+    /// 0 valid; 1..=11 one [`InvalidKind`]; larger values valid.
+    pub invalid: u8,
+    pub seed: u64,
+    pub specials: bool,
+}
+
+fn size_of(s: u8) -> usize {
+    if s < 200 {
+        1 + s as usize % 9
+    } else {
+        [16, 17, 31, 33, 64, 100, 128][s as usize % 7]
+    }
+}
+
+impl Knobs {
+    /// Knobs for the fuzz loop: every field drawn with the bias a campaign wants (mostly
+    /// valid, fp32 and qs8 common, some SIMD-tail sizes, some dynamic and special cases).
+    pub fn random(rng: &mut SplitMix64) -> Knobs {
+        let mut b = |n: u64| rng.below(n);
+        let pct = |v: u64, p: u64| v < p;
+        let pattern = b(Pattern::ALL.len() as u64) as u8;
+        let rank = b(6) as u8;
+        let mut sizes = [0u8; 6];
+        for s in &mut sizes {
+            *s = if pct(b(100), 15) { 200 + b(56) as u8 } else { b(200) as u8 };
+        }
+        let dims_kind = [0u8, 1, 1, 1, 2, 3][b(6) as usize];
+        let dim_pick = b(256) as u8;
+        let negative = b(256) as u8;
+        let keepdim = b(2) == 0;
+        let dtype = [0u8, 0, 0, 1, 1, 2, 3, 3][b(8) as usize];
+        let channels_last = pct(b(100), 25);
+        let mean_dtype = pct(b(100), 5);
+        let dynamic = if pct(b(100), 15) { 1 + b(63) as u8 } else { 0 };
+        let param = b(256) as u8;
+        let variant = b(256) as u8;
+        let invalid = if pct(b(100), 5) { 1 + b(InvalidKind::ALL.len() as u64) as u8 } else { 0 };
+        let seed = rng.next_u64();
+        let specials = rng.below(100) < 8;
+        Knobs {
+            pattern,
+            rank,
+            sizes,
+            dims_kind,
+            dim_pick,
+            negative,
+            keepdim,
+            dtype,
+            channels_last,
+            mean_dtype,
+            dynamic,
+            param,
+            variant,
+            invalid,
+            seed,
+            specials,
+        }
+    }
+
+    /// The case these knobs mean (total: every value maps to a buildable case).
+    pub fn to_case(&self, cfg: &GenConfig) -> Case {
+        let invalid = match self.invalid as usize {
+            i @ 1..=11 => Some(InvalidKind::ALL[i - 1]),
+            _ => None,
+        };
+        let mut pattern = Pattern::ALL[self.pattern as usize % Pattern::ALL.len()];
+        let mut dtype = [ElemType::F32, ElemType::F16, ElemType::Bf16, ElemType::Qs8][self.dtype as usize % 4];
+        let mut rank = 1 + self.rank as usize % 6;
+        // An invalid kind picks the pattern and dtype it needs.
+        match invalid {
+            Some(InvalidKind::RankTooHigh) => {
+                pattern = Pattern::Mean;
+                rank = 6;
+            }
+            Some(InvalidKind::MeanOnQs8 | InvalidKind::BadQuantScale | InvalidKind::BadZeroPoint) => {
+                if !matches!(pattern, Pattern::Mean | Pattern::AddMean | Pattern::Gap | Pattern::ConvMean) {
+                    pattern = Pattern::Mean;
+                }
+                dtype = ElemType::Qs8;
+            }
+            Some(InvalidKind::ConvChannelMismatch) => {
+                if !matches!(
+                    pattern,
+                    Pattern::ConvMean | Pattern::ConvMeanConv | Pattern::ConvSubMean | Pattern::SharedInput
+                ) {
+                    pattern = Pattern::ConvMean;
+                }
+            }
+            Some(InvalidKind::NotBroadcastable) => {
+                if !matches!(pattern, Pattern::AddMean | Pattern::Gap | Pattern::RmsNorm | Pattern::ConvSubMean) {
+                    pattern = Pattern::AddMean;
+                }
+            }
+            Some(InvalidKind::DynamicAboveBound) => {
+                if !matches!(pattern, Pattern::Mean | Pattern::AddMean | Pattern::RmsNorm) {
+                    pattern = Pattern::Mean;
+                }
+            }
+            _ => {}
+        }
+        let qs8_ok = matches!(
+            pattern,
+            Pattern::Mean | Pattern::AddMean | Pattern::Gap | Pattern::ConvMean | Pattern::SharedInput
+        );
+        if dtype == ElemType::Qs8 && !qs8_ok {
+            dtype = ElemType::F32;
+        }
+        rank = match pattern {
+            p if p.needs_rank4() => 4,
+            Pattern::QkNorm | Pattern::PreNormMlp => 3,
+            Pattern::RmsNorm => rank.min(4).max(1),
+            _ => rank,
+        };
+        let mut shape: Vec<usize> = self.sizes[..rank].iter().map(|&s| size_of(s)).collect();
+        let mut param = 0usize;
+        match pattern {
+            Pattern::QkNorm => {
+                let heads = 1 + self.param as usize % 4;
+                let dh = shape[2].min(32);
+                shape[2] = heads * dh;
+                param = heads;
+            }
+            Pattern::PreNormMlp => param = 1 + self.param as usize % 16,
+            p if p.needs_rank4() => {
+                shape[1] = shape[1].min(16);
+                param = 1 + self.param as usize % 8;
+            }
+            _ => {}
+        }
+        // Fit the element budget: halve the largest dim (QK-norm: never its head split).
+        let budget = cfg.max_elems.max(1);
+        while shape.iter().product::<usize>() > budget {
+            let (i, _) = shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !(pattern == Pattern::QkNorm && *i == 2))
+                .max_by_key(|(_, &s)| s)
+                .unwrap_or((0, &1));
+            if shape[i] <= 1 {
+                break;
+            }
+            shape[i] = shape[i].div_ceil(2);
+        }
+        // Conv patterns: keep the conv's output (param channels) within budget too.
+        if pattern.needs_rank4() {
+            while param > 1 && param * shape[0] * shape[2] * shape[3] > budget {
+                param /= 2;
+            }
+        }
+
+        // Dims list.
+        let r = rank as i64;
+        let mut dims: Vec<i64> = match self.dims_kind % 4 {
+            0 => vec![(self.dim_pick as i64) % r],
+            1 => {
+                let d: Vec<i64> = (0..r).filter(|&d| self.dim_pick >> d & 1 == 1).collect();
+                if d.is_empty() {
+                    vec![r - 1]
+                } else {
+                    d
+                }
+            }
+            2 => vec![],
+            _ => (0..r).collect(),
+        };
+        for d in dims.iter_mut() {
+            if self.negative >> *d & 1 == 1 {
+                *d -= r;
+            }
+        }
+        if self.negative & 0x80 != 0 {
+            dims.reverse();
+        }
+        let format = match (self.channels_last, rank) {
+            (true, 4) => MemoryFormat::ChannelsLast,
+            (true, 5) if matches!(pattern, Pattern::Mean | Pattern::AddMean) => MemoryFormat::ChannelsLast3d,
+            _ => MemoryFormat::Contiguous,
+        };
+        let mean_dtype = (self.mean_dtype && matches!(pattern, Pattern::Mean | Pattern::AddMean) && dtype.is_float())
+            .then_some(if dtype == ElemType::F32 { ElemType::F16 } else { ElemType::F32 });
+
+        // Dynamic dims where the pattern allows them.
+        let allowed = |d: usize| match pattern {
+            Pattern::QkNorm | Pattern::PreNormMlp => false,
+            Pattern::RmsNorm => d + 1 != rank,
+            p if p.needs_rank4() => d != 1,
+            _ => true,
+        };
+        let mut dynamic: Vec<usize> = (0..rank).filter(|&d| self.dynamic >> d & 1 == 1 && allowed(d)).collect();
+        if invalid == Some(InvalidKind::DynamicAboveBound) && dynamic.is_empty() {
+            dynamic.push(0);
+        }
+        let mut run_shapes = vec![];
+        if !dynamic.is_empty() {
+            // The bound, every dynamic dim at 1, and one size in between (review finding B12:
+            // the edges must be hit on purpose, not by chance).
+            let mut ones = shape.clone();
+            let mut mid = shape.clone();
+            let mut rng = SplitMix64::new(self.seed ^ 0xD7A1);
+            for &d in &dynamic {
+                ones[d] = 1;
+                mid[d] = 1 + rng.below(shape[d] as u64) as usize;
+            }
+            run_shapes = vec![shape.clone(), ones, mid];
+            run_shapes.dedup();
+        }
+        if invalid == Some(InvalidKind::DynamicAboveBound) {
+            run_shapes = vec![shape.clone()];
+        }
+        let threads = vec![1, cfg.threads.max(2)];
+        let mut case = Case::new(pattern, &shape, &dims, self.keepdim);
+        case.dtype = dtype;
+        case.format = format;
+        case.mean_dtype = mean_dtype;
+        case.dynamic = dynamic;
+        case.run_shapes = run_shapes;
+        case.modes = LoweringMode::ALL.to_vec();
+        case.threads = threads;
+        case.seed = self.seed;
+        case.specials = self.specials && dtype != ElemType::Qs8;
+        case.param = param;
+        case.variant = self.variant & 0x07;
+        case.invalid = invalid;
+        case
+    }
+}
+
+impl<'a> Arbitrary<'a> for Case {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(Knobs::arbitrary(u)?.to_case(&GenConfig::default()))
+    }
+}
+
+/// Case `index` of the campaign with seed `seed` (independent of every other case, so
+/// shards and replays need nothing but these two numbers).
+pub fn nth_case(seed: u64, index: u64, cfg: &GenConfig) -> Case {
+    let mut rng = SplitMix64::new(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    rng.next_u64();
+    Knobs::random(&mut rng).to_case(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::patterns;
+
+    #[test]
+    fn random_cases_build_and_respect_the_budget() {
+        let cfg = GenConfig::default();
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..2000 {
+            let c = nth_case(42, i, &cfg);
+            assert!(c.numel() <= cfg.max_elems || c.invalid.is_some(), "{}", c.to_json());
+            if let Err(e) = patterns::build(&c) {
+                panic!("case {i} does not build: {e}\n{}", c.to_json());
+            }
+            seen.insert(c.pattern);
+            assert_eq!(Case::from_json(&c.to_json()).unwrap(), c);
+        }
+        assert_eq!(seen.len(), Pattern::ALL.len());
+    }
+
+    #[test]
+    fn nth_case_is_reproducible() {
+        let cfg = GenConfig::default();
+        assert_eq!(nth_case(7, 123, &cfg), nth_case(7, 123, &cfg));
+        assert_ne!(nth_case(7, 123, &cfg), nth_case(8, 123, &cfg));
+    }
+
+    #[test]
+    fn zero_knobs_are_the_simplest_case() {
+        let c = Knobs::default().to_case(&GenConfig::default());
+        assert_eq!(
+            (c.pattern, c.shape.clone(), c.dims.clone(), c.dtype),
+            (Pattern::Mean, vec![1], vec![0], ElemType::F32)
+        );
+        assert_eq!(c.format, MemoryFormat::Contiguous);
+        assert!(c.invalid.is_none() && c.dynamic.is_empty());
+    }
+
+    #[test]
+    fn arbitrary_bytes_always_give_a_buildable_case() {
+        let mut rng = SplitMix64::new(1);
+        for _ in 0..500 {
+            let bytes: Vec<u8> = (0..64).map(|_| rng.below(256) as u8).collect();
+            let c = Case::arbitrary(&mut arbitrary::Unstructured::new(&bytes)).unwrap();
+            patterns::build(&c).unwrap_or_else(|e| panic!("{e}: {}", c.to_json()));
+        }
+    }
+}

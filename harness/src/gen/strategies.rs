@@ -1,0 +1,51 @@
+//! proptest strategies over [`Knobs`], with shrinking toward simple cases.
+//!
+//! Every knob's range starts at its simplest value, and proptest shrinks integers toward
+//! the low end and booleans toward `false`, so a failing case shrinks to a lower rank,
+//! smaller sizes, a single dim, an earlier (simpler) pattern, contiguous memory, fp32, and a
+//! valid graph before an invalid one.
+
+use super::{GenConfig, Knobs};
+use crate::case::Case;
+use proptest::prelude::*;
+
+/// Knobs, mostly valid graphs (one in ten invalid).
+pub fn knobs() -> impl Strategy<Value = Knobs> {
+    let shape = (0u8..10, 0u8..6, proptest::array::uniform6(any::<u8>()), 0u8..4, any::<u8>(), any::<u8>());
+    let kind = (any::<bool>(), 0u8..4, any::<bool>(), any::<bool>(), prop_oneof![4 => Just(0u8), 1 => any::<u8>()]);
+    let rest = (any::<u8>(), any::<u8>(), prop_oneof![9 => Just(0u8), 1 => 1u8..12], any::<u64>(), any::<bool>());
+    (shape, kind, rest).prop_map(
+        |(
+            (pattern, rank, sizes, dims_kind, dim_pick, negative),
+            (keepdim, dtype, channels_last, mean_dtype, dynamic),
+            (param, variant, invalid, seed, specials),
+        )| Knobs {
+            pattern,
+            rank,
+            sizes,
+            dims_kind,
+            dim_pick,
+            negative,
+            keepdim,
+            dtype,
+            channels_last,
+            mean_dtype,
+            dynamic,
+            param,
+            variant,
+            invalid,
+            seed,
+            specials,
+        },
+    )
+}
+
+/// Cases within the default generator limits.
+pub fn cases() -> impl Strategy<Value = Case> {
+    cases_with(GenConfig::default())
+}
+
+/// Cases within `cfg`.
+pub fn cases_with(cfg: GenConfig) -> impl Strategy<Value = Case> {
+    knobs().prop_map(move |k| k.to_case(&cfg))
+}

@@ -1,0 +1,345 @@
+//! The outputs oracle: delegate vs reference, for every lowering mode, thread count and SIMD
+//! path, within a tolerance derived per output element.
+//!
+//! # Tolerances (derived, not tuned)
+//!
+//! The reference computes every op exactly (f64, compensated sums) and rounds once to the
+//! op's output type. The delegate (as XNNPACK does) accumulates sums in f32 in an order that
+//! depends on SIMD width and thread split, scales a mean by a rounded `1/n`, and rounds every
+//! op's result to its tensor type. Let `u = 2^-24` (f32 unit roundoff) and let `M_i` be the
+//! magnitude of output `i`: the same graph evaluated by the reference on `|x|` and `|w|`
+//! with subtraction turned into addition (see `patterns`), i.e. a bound on the sum of the
+//! absolute values that contribute to the output.
+//!
+//! - **fp32.** Summing `n` terms in any order in f32 errs by at most `(n-1) u sum|x_k|`
+//!   (Higham, *Accuracy and Stability of Numerical Algorithms*, eq. 4.4, valid for every
+//!   summation order, so for every SIMD width and thread split). A mean then multiplies by
+//!   `fl(1/n)` (relative error `u`) and rounds the product (`u`); every further op rounds once
+//!   more. Along a chain whose accumulations have total length `L` (mean length plus conv and
+//!   linear fan-ins) and which has `k` ops, the error is at most `(L + 2k + 4) u M_i`.
+//!   The reference rounds its exact result once, so the two can also differ by the output's
+//!   rounding: add one ulp of the reference value. Hence
+//!   `tol_i = (L + 2k + 4) u M_i + ulp(ref_i)`.
+//! - **fp16 / bf16.** The delegate computes in f32 and rounds each op's result to fp16/bf16,
+//!   as the reference does; an intermediate rounding can land one ulp apart
+//!   (`2 u_c |v| <= 2 u_c M`, with `u_c = 2^-11` for fp16 and `2^-8` for bf16), and each of
+//!   the `k` ops can contribute one:
+//!   `tol_i = (L + 2k + 4) u M_i + 2 k u_c M_i + ulp_c(ref_i)`. A bare fp16 mean therefore
+//!   gets one output ulp plus the f32 accumulation bound.
+//! - **qs8.** Inputs sit on the input grid and every scale is a power of two, so every
+//!   quantize before the last one sees an exactly representable value and any correct
+//!   implementation gives the same integer; the last quantize (after the mean) may land one
+//!   step away (`1/n` is inexact). So `tol_i = step_i` (one quantization step of the output),
+//!   compared on the dequantized values, which are exact multiples of the step.
+//! - **NaN and infinities.** A NaN reference value needs a NaN; an infinite one needs the
+//!   same infinity; a finite one needs a finite value. Signed zeros compare equal.
+//!
+//! How tight this is: a mean over `n` elements whose divisor is off by one moves the result
+//! by `|mean|/n`; a dropped element moves it by `|x_k|/n`. For non-negative data
+//! (`M = |mean|`) both exceed `(n + 6) u M` as long as `n (n + 6) < 2^24`, i.e. for every
+//! reduction below about 4,000 elements; the fuzzer's cases stay well below. For mixed-sign
+//! data the bound grows with `M / |mean|`, which is why the data generator also draws
+//! positive, constant-row and small-integer tensors. `tests/oracles.rs` plants both bugs.
+
+use super::{CheckOptions, RefRun, Verdict};
+use crate::case::Case;
+use crate::engine;
+use crate::patterns::Built;
+use delegate::LoweredProgram;
+use reference::{ElemType, Tensor};
+
+/// What running one lowered program gave: the outputs verdict, the errors verdict for
+/// run-time errors, and any payload that differed between thread counts or SIMD paths.
+pub struct Exec {
+    pub outputs: Verdict,
+    pub errors: Verdict,
+    pub payload_mismatch: Option<String>,
+}
+
+/// Unit roundoff of a compute dtype (0 for fp32, whose roundings the f32 term covers).
+fn unit_roundoff(dt: ElemType) -> f64 {
+    match dt {
+        ElemType::F16 => 2f64.powi(-11),
+        ElemType::Bf16 => 2f64.powi(-8),
+        _ => 0.0,
+    }
+}
+
+/// One ulp of `x` in `dt` (the spacing of representable values at `|x|`).
+pub fn ulp(dt: ElemType, x: f64) -> f64 {
+    let (mant, min_exp) = match dt {
+        ElemType::F16 => (10, -14),
+        ElemType::Bf16 => (7, -126),
+        _ => (23, -126),
+    };
+    let a = x.abs();
+    let e = if a == 0.0 || !a.is_finite() { min_exp } else { (a.log2().floor() as i32).max(min_exp) };
+    2f64.powi(e - mant)
+}
+
+/// The tolerance parameters of one output.
+#[derive(Clone, Copy, Debug)]
+pub struct Tolerance {
+    /// Total accumulation length along the chain (`L`).
+    pub acc_len: usize,
+    /// Ops along the chain (`k`).
+    pub ops: usize,
+    /// The dtype ops compute in (fp32 for qs8 patterns).
+    pub compute: ElemType,
+    /// qs8: the quantization step of this output.
+    pub step: Option<f32>,
+}
+
+impl Tolerance {
+    /// The tolerance for reference value `r` with magnitude `m`, output dtype `out`.
+    pub fn bound(&self, out: ElemType, r: f64, m: f64) -> f64 {
+        if let Some(s) = self.step {
+            // Dequantized values are exact multiples of the step: allow one step, plus
+            // a hair for the f32 dequantize multiply.
+            return s as f64 * (1.0 + 1e-6) + r.abs() * 2f64.powi(-23);
+        }
+        let u = 2f64.powi(-24);
+        let l = self.acc_len as f64;
+        let k = self.ops as f64;
+        (l + 2.0 * k + 4.0) * u * m + 2.0 * k * unit_roundoff(self.compute) * m + ulp(out, r)
+    }
+}
+
+/// Compares one delegate output with the reference. `None` when equal within tolerance;
+/// otherwise the full difference, every mismatching element (up to 64 listed).
+pub fn compare(reference: &Tensor, got: &Tensor, magnitude: Option<&Tensor>, tol: &Tolerance) -> Option<String> {
+    if got.shape != reference.shape {
+        return Some(format!("shape: delegate {:?}, reference {:?}", got.shape, reference.shape));
+    }
+    if got.dtype() != reference.dtype() {
+        return Some(format!("dtype: delegate {}, reference {}", got.dtype(), reference.dtype()));
+    }
+    if got.format != reference.format {
+        return Some(format!("memory format: delegate {:?}, reference {:?}", got.format, reference.format));
+    }
+    if got.data.len() != reference.data.len() {
+        return Some(format!("data length: delegate {}, reference {}", got.data.len(), reference.data.len()));
+    }
+    let (r, g) = (reference.values_f64(), got.values_f64());
+    let m = magnitude.map(|t| t.values_f64());
+    let out_dt = reference.dtype();
+    let mut lines = vec![];
+    let mut bad = 0usize;
+    for i in 0..r.len() {
+        let mi = m.as_ref().map_or(r[i].abs(), |m| m[i]);
+        let ok = if r[i].is_nan() {
+            g[i].is_nan()
+        } else if r[i].is_infinite() {
+            g[i] == r[i]
+        } else if !g[i].is_finite() {
+            false
+        } else {
+            let b = tol.bound(out_dt, r[i], mi);
+            // A non-finite magnitude (overflowed or NaN from specials elsewhere) gives no
+            // bound; finite-vs-finite is then all we can say.
+            !b.is_finite() || (g[i] - r[i]).abs() <= b
+        };
+        if !ok {
+            bad += 1;
+            if lines.len() < 64 {
+                let b = tol.bound(out_dt, r[i], mi);
+                lines.push(format!(
+                    "  [{}] delegate {:e} reference {:e} diff {:e} tol {:e} (magnitude {:e})",
+                    index_string(&reference.shape, i),
+                    g[i],
+                    r[i],
+                    (g[i] - r[i]).abs(),
+                    b,
+                    mi
+                ));
+            }
+        }
+    }
+    if bad == 0 {
+        return None;
+    }
+    let mut s = format!("{bad} of {} elements differ beyond tolerance:\n", r.len());
+    s.push_str(&lines.join("\n"));
+    if bad > lines.len() {
+        s.push_str(&format!("\n  ... {} more", bad - lines.len()));
+    }
+    Some(s)
+}
+
+/// `i` as a multi-index of `shape` (row-major), e.g. `0,2,1`.
+fn index_string(shape: &[usize], mut i: usize) -> String {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        let s = shape[d].max(1);
+        idx[d] = i % s;
+        i /= s;
+    }
+    idx.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// The tolerance of output `o` of a built case.
+pub fn tolerance(case: &Case, built: &Built, o: usize) -> Tolerance {
+    let compute = if case.dtype == ElemType::Qs8 { ElemType::F32 } else { case.dtype };
+    Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step: built.out_step.get(o).copied().flatten() }
+}
+
+/// Runs a lowered program at every thread count and SIMD path on every run of the case,
+/// comparing with the reference.
+pub fn execute(
+    case: &Case,
+    built: &Built,
+    runs: &[RefRun],
+    program: &LoweredProgram,
+    written: Option<&[Vec<u8>]>,
+    opts: &CheckOptions,
+) -> Exec {
+    let mut outputs = Verdict::Pass;
+    let mut errors = Verdict::Pass;
+    let mut payload_mismatch = None;
+    let mut baseline: Option<(String, Vec<Vec<u8>>)> = written.map(|w| ("serializer".to_string(), w.to_vec()));
+    let mut failing_configs: Vec<String> = vec![];
+    let mut first_detail: Option<String> = None;
+    for &threads in &case.threads {
+        let threaded_mode = opts.threaded_modes.as_ref().is_none_or(|m| m.contains(&program.mode));
+        let none = vec![];
+        let paths = match (threads, threaded_mode) {
+            (1, _) => &opts.simd_paths,
+            (_, true) => &opts.threaded_simd_paths,
+            (_, false) => &none,
+        };
+        for &simd in paths {
+            let config = format!("{} threads={threads} {}", program.mode.name(), simd.name());
+            let mut prepared = match engine::prepare(program, threads, simd) {
+                Ok(p) => p,
+                Err(e) if e.unavailable => return skipped(&e.message),
+                Err(e) => {
+                    if !errors.is_fail() {
+                        errors = Verdict::fail("prepare_failed", format!("{config}: {e}"));
+                    }
+                    continue;
+                }
+            };
+            let payloads = prepared.payloads();
+            match &baseline {
+                None => baseline = Some((config.clone(), payloads)),
+                Some((c0, p0)) if *p0 != payloads && payload_mismatch.is_none() => {
+                    payload_mismatch = Some(format!("payloads differ between [{c0}] and [{config}]"));
+                }
+                _ => {}
+            }
+            for (r, run) in runs.iter().enumerate() {
+                let got = prepared.run(&run.inputs);
+                let run_name =
+                    if runs.len() > 1 { format!(" run {r} shapes {:?}", run.shapes[0]) } else { String::new() };
+                match (&run.outputs, got) {
+                    (_, Err(e)) if e.unavailable => return skipped(&e.message),
+                    (Ok(want), Ok(got)) => {
+                        if got.len() != want.len() {
+                            failing_configs.push(format!("{config}{run_name}"));
+                            first_detail.get_or_insert_with(|| {
+                                format!("{} outputs from the delegate, {} from the reference", got.len(), want.len())
+                            });
+                            continue;
+                        }
+                        for (o, (w, g)) in want.iter().zip(&got).enumerate() {
+                            let mag = run.magnitude.as_ref().and_then(|m| m.get(o));
+                            if let Some(d) = compare(w, g, mag, &tolerance(case, built, o)) {
+                                failing_configs.push(format!("{config}{run_name} output {o}"));
+                                first_detail.get_or_insert_with(|| format!("[{config}{run_name} output {o}] {d}"));
+                                break;
+                            }
+                        }
+                    }
+                    (Ok(_), Err(e)) => {
+                        if !errors.is_fail() {
+                            errors = Verdict::fail(
+                                "delegate_run_rejects",
+                                format!("{config}{run_name}: the reference runs it, the delegate says {e}"),
+                            );
+                        }
+                    }
+                    (Err(want), Ok(_)) => {
+                        if !errors.is_fail() {
+                            errors = Verdict::fail(
+                                "delegate_run_accepts",
+                                format!("{config}{run_name}: the reference rejects it ({want}), the delegate runs it"),
+                            );
+                        }
+                    }
+                    (Err(want), Err(e)) => {
+                        if want.class != e.class && !errors.is_fail() {
+                            errors = Verdict::fail(
+                                "class_mismatch",
+                                format!("{config}{run_name}: reference {want}; delegate {e}"),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(d) = first_detail {
+        outputs = Verdict::fail("mismatch", format!("fails at: {}\n{d}", failing_configs.join("; ")));
+    }
+    Exec { outputs, errors, payload_mismatch }
+}
+
+fn skipped(msg: &str) -> Exec {
+    Exec { outputs: Verdict::Skip(msg.to_string()), errors: Verdict::Skip(msg.to_string()), payload_mismatch: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulp_matches_the_formats() {
+        assert_eq!(ulp(ElemType::F32, 1.0), 2f64.powi(-23));
+        assert_eq!(ulp(ElemType::F32, 1.5), 2f64.powi(-23));
+        assert_eq!(ulp(ElemType::F32, 0.0), 2f64.powi(-149));
+        assert_eq!(ulp(ElemType::F16, 1.0), 2f64.powi(-10));
+        assert_eq!(ulp(ElemType::F16, 1e-7), 2f64.powi(-24));
+        assert_eq!(ulp(ElemType::Bf16, 3.0), 2f64.powi(-6));
+    }
+
+    #[test]
+    fn nan_needs_nan_and_infinity_needs_the_same_infinity() {
+        let tol = Tolerance { acc_len: 4, ops: 1, compute: ElemType::F32, step: None };
+        let r = Tensor::f32(&[3], vec![f32::NAN, f32::INFINITY, 1.0]);
+        assert!(compare(&r, &r.clone(), None, &tol).is_none());
+        let g = Tensor::f32(&[3], vec![1.0, f32::INFINITY, 1.0]);
+        assert!(compare(&r, &g, None, &tol).unwrap().contains("1 of 3"));
+        let g = Tensor::f32(&[3], vec![f32::NAN, f32::NEG_INFINITY, 1.0]);
+        assert!(compare(&r, &g, None, &tol).is_some());
+        let g = Tensor::f32(&[3], vec![f32::NAN, f32::INFINITY, f32::NAN]);
+        assert!(compare(&r, &g, None, &tol).is_some());
+    }
+
+    #[test]
+    fn fp16_allows_one_output_ulp_but_not_two() {
+        let tol = Tolerance { acc_len: 8, ops: 1, compute: ElemType::F16, step: None };
+        let r = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0]);
+        let one_up = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0 + 2f64.powi(-10)]);
+        let far = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0 + 4.0 * 2f64.powi(-10)]);
+        assert!(compare(&r, &one_up, None, &tol).is_none());
+        assert!(compare(&r, &far, None, &tol).is_some());
+    }
+
+    #[test]
+    fn qs8_allows_one_step_not_two() {
+        let tol = Tolerance { acc_len: 8, ops: 3, compute: ElemType::F32, step: Some(0.0625) };
+        let r = Tensor::f32(&[2], vec![0.5, -1.0]);
+        assert!(compare(&r, &Tensor::f32(&[2], vec![0.5625, -1.0625]), None, &tol).is_none());
+        assert!(compare(&r, &Tensor::f32(&[2], vec![0.625, -1.0]), None, &tol).is_some());
+    }
+
+    #[test]
+    fn shape_and_format_differences_are_reported() {
+        let tol = Tolerance { acc_len: 1, ops: 1, compute: ElemType::F32, step: None };
+        let r = Tensor::f32(&[1, 2, 1, 1], vec![1.0, 2.0]);
+        let g = Tensor::f32(&[1, 2], vec![1.0, 2.0]);
+        assert!(compare(&r, &g, None, &tol).unwrap().starts_with("shape"));
+        let g = r.to_format(reference::MemoryFormat::ChannelsLast);
+        assert!(compare(&r, &g, None, &tol).unwrap().starts_with("memory format"));
+    }
+}

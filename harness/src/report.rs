@@ -1,0 +1,136 @@
+//! Coverage and verdict reporting shared by `fuzz` and `replay`.
+
+use crate::case::Case;
+use crate::oracle::{CaseReport, OracleKind, Verdict};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// What a campaign covered: cases per pattern, dtype, rank, mode, feature, and per-oracle
+/// pass/skip/fail counts.
+#[derive(Clone, Debug, Default)]
+pub struct Coverage {
+    pub cases: u64,
+    pub failures: u64,
+    pub per_pattern: BTreeMap<&'static str, u64>,
+    pub per_dtype: BTreeMap<String, u64>,
+    pub per_rank: BTreeMap<usize, u64>,
+    /// Mode -> checks made in it (any oracle).
+    pub per_mode: BTreeMap<String, u64>,
+    pub per_feature: BTreeMap<&'static str, u64>,
+    /// Oracle -> [pass, skip, fail].
+    pub per_oracle: BTreeMap<OracleKind, [u64; 3]>,
+    /// Skip reasons, counted (the first line of each).
+    pub skip_reasons: BTreeMap<String, u64>,
+}
+
+impl Coverage {
+    pub fn record(&mut self, case: &Case, report: &CaseReport) {
+        self.cases += 1;
+        if report.failed() {
+            self.failures += 1;
+        }
+        *self.per_pattern.entry(case.pattern.name()).or_default() += 1;
+        *self.per_dtype.entry(case.dtype.to_string()).or_default() += 1;
+        *self.per_rank.entry(case.shape.len()).or_default() += 1;
+        let mut features = vec![];
+        if case.format != reference::MemoryFormat::Contiguous {
+            features.push("channels_last");
+        }
+        if !case.dynamic.is_empty() {
+            features.push("dynamic");
+        }
+        if case.specials {
+            features.push("specials");
+        }
+        if case.invalid.is_some() {
+            features.push("invalid");
+        }
+        if case.mean_dtype.is_some() {
+            features.push("dtype_arg");
+        }
+        if case.keepdim {
+            features.push("keepdim");
+        }
+        if case.dims.is_empty() && case.pattern.free_dims() {
+            features.push("empty_dims");
+        }
+        if case.dims.iter().any(|&d| d < 0) {
+            features.push("negative_dims");
+        }
+        for f in features {
+            *self.per_feature.entry(f).or_default() += 1;
+        }
+        let mut modes_seen = std::collections::BTreeSet::new();
+        for c in &report.checks {
+            let slot = match &c.verdict {
+                Verdict::Pass => 0,
+                Verdict::Skip(reason) => {
+                    let first = reason.lines().next().unwrap_or("").chars().take(90).collect::<String>();
+                    *self.skip_reasons.entry(format!("{}: {first}", c.oracle.name())).or_default() += 1;
+                    1
+                }
+                Verdict::Fail { .. } => 2,
+            };
+            self.per_oracle.entry(c.oracle).or_default()[slot] += 1;
+            if c.scope != "case" && c.scope != "reference" && c.scope != "gap_modes" {
+                modes_seen.insert(c.scope.clone());
+            }
+        }
+        for m in modes_seen {
+            *self.per_mode.entry(m).or_default() += 1;
+        }
+    }
+
+    /// The end-of-run summary table.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let line = |s: &mut String, name: &str, items: Vec<(String, u64)>| {
+            let body: Vec<String> = items.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(s, "  {name:<9} {}", body.join(", "));
+        };
+        line(&mut s, "pattern", self.per_pattern.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        line(&mut s, "dtype", self.per_dtype.iter().map(|(k, v)| (k.clone(), *v)).collect());
+        line(&mut s, "rank", self.per_rank.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        line(&mut s, "mode", self.per_mode.iter().map(|(k, v)| (k.clone(), *v)).collect());
+        line(&mut s, "features", self.per_feature.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        let _ = writeln!(s, "  {:<9} {:>10} {:>10} {:>10}", "oracle", "pass", "skip", "fail");
+        for o in OracleKind::ALL {
+            let [p, k, f] = self.per_oracle.get(&o).copied().unwrap_or_default();
+            if o == OracleKind::Panic && f == 0 {
+                continue;
+            }
+            let _ = writeln!(s, "  {:<9} {p:>10} {k:>10} {f:>10}", o.name());
+        }
+        if !self.skip_reasons.is_empty() {
+            let mut reasons: Vec<_> = self.skip_reasons.iter().collect();
+            reasons.sort_by(|a, b| b.1.cmp(a.1));
+            let _ = writeln!(s, "  top skip reasons:");
+            for (r, n) in reasons.into_iter().take(5) {
+                let _ = writeln!(s, "    {n:>8}  {r}");
+            }
+        }
+        s
+    }
+}
+
+/// Every check of a case, one per line, with the full detail of failures.
+pub fn verdicts(report: &CaseReport) -> String {
+    let mut s = String::new();
+    for c in &report.checks {
+        match &c.verdict {
+            Verdict::Pass => {
+                let _ = writeln!(s, "  PASS  {:<10} {}", c.oracle.name(), c.scope);
+            }
+            Verdict::Skip(r) => {
+                let _ = writeln!(s, "  skip  {:<10} {}: {r}", c.oracle.name(), c.scope);
+            }
+            Verdict::Fail { kind, detail } => {
+                let _ = writeln!(s, "  FAIL  {:<10} {}: {}/{kind}", c.oracle.name(), c.scope, c.oracle.name());
+                for l in detail.lines() {
+                    let _ = writeln!(s, "        {l}");
+                }
+            }
+        }
+    }
+    s
+}

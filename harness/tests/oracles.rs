@@ -1,0 +1,97 @@
+//! The outputs oracle's tolerance is both valid (correct f32 implementations in any
+//! summation order pass) and tight (a dropped element or a wrong divisor fails), checked
+//! against simulated delegate outputs computed here, outside the delegate.
+
+use harness::case::{Case, Pattern};
+use harness::oracle::outputs::{compare, tolerance};
+use harness::patterns::{build, magnitude_inputs};
+use reference::data::SplitMix64;
+use reference::{ElemType, Tensor};
+
+/// A mean over the last dim computed like a delegate would: f32 accumulation in the given
+/// order, times the rounded reciprocal, then rounded to `dt`.
+fn simulated_mean(
+    x: &[f32],
+    rows: usize,
+    n: usize,
+    order: &dyn Fn(usize) -> Vec<usize>,
+    divisor: usize,
+    drop: Option<usize>,
+    dt: ElemType,
+) -> Tensor {
+    let mut out = vec![];
+    for r in 0..rows {
+        let row = &x[r * n..(r + 1) * n];
+        let mut acc = 0f32;
+        for k in order(n) {
+            if Some(k) != drop {
+                acc += row[k];
+            }
+        }
+        out.push((acc * (1.0 / divisor as f32)) as f64);
+    }
+    Tensor::from_f64(&[rows, 1], dt, None, &out)
+}
+
+fn orders() -> Vec<Box<dyn Fn(usize) -> Vec<usize>>> {
+    vec![
+        Box::new(|n| (0..n).collect()),
+        Box::new(|n| (0..n).rev().collect()),
+        // 8 interleaved lanes, like a SIMD accumulator.
+        Box::new(|n| (0..8).flat_map(|l| (l..n).step_by(8)).collect()),
+    ]
+}
+
+fn check(dt: ElemType, sizes: &[usize], positive: bool) {
+    let mut rng = SplitMix64::new(99);
+    for &n in sizes {
+        let rows = 3;
+        let case = Case { dtype: dt, ..Case::new(Pattern::Mean, &[rows, n], &[-1], true) };
+        let built = build(&case).unwrap();
+        let x: Vec<f64> =
+            (0..rows * n).map(|_| if positive { rng.range(0.5, 2.0) } else { rng.range(-1.0, 1.0) }).collect();
+        let input = Tensor::from_f64(&[rows, n], dt, None, &x);
+        let xs: Vec<f32> = input.values_f64().iter().map(|&v| v as f32).collect();
+        let want = &reference::eval::run(&built.graph, &[input.clone()]).unwrap()[0];
+        let mag_in = magnitude_inputs(&case, &[input]);
+        let mag = &reference::eval::run(built.magnitude.as_ref().unwrap(), &mag_in).unwrap()[0];
+        let tol = tolerance(&case, &built, 0);
+        for order in orders() {
+            let ok = simulated_mean(&xs, rows, n, &order, n, None, dt);
+            assert!(compare(want, &ok, Some(mag), &tol).is_none(), "{dt} n={n}: a correct mean failed");
+            if positive {
+                for wrong in [n + 1, n.saturating_sub(1).max(1)] {
+                    if wrong == n {
+                        continue;
+                    }
+                    let bad = simulated_mean(&xs, rows, n, &order, wrong, None, dt);
+                    assert!(compare(want, &bad, Some(mag), &tol).is_some(), "{dt} n={n}: divisor {wrong} passed");
+                }
+                for dropped in [0, n - 1] {
+                    let bad = simulated_mean(&xs, rows, n, &order, n, Some(dropped), dt);
+                    assert!(compare(want, &bad, Some(mag), &tol).is_some(), "{dt} n={n}: dropping {dropped} passed");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fp32_tolerance_accepts_any_order_and_rejects_dropped_elements_and_wrong_divisors() {
+    check(ElemType::F32, &[1, 2, 3, 7, 8, 9, 31, 64, 100, 257, 1000, 2048], true);
+}
+
+#[test]
+fn fp32_tolerance_accepts_mixed_sign_sums_in_any_order() {
+    check(ElemType::F32, &[2, 17, 100, 1000, 4096], false);
+}
+
+#[test]
+fn fp16_and_bf16_tolerance_is_one_ulp_plus_the_sum_bound() {
+    // fp16 has 11 significant bits: an off-by-one divisor is visible up to n of about 500.
+    check(ElemType::F16, &[1, 2, 3, 8, 17, 64, 255], true);
+    check(ElemType::F16, &[5, 64, 1000], false);
+    // bf16 has 8: up to n of about 60.
+    check(ElemType::Bf16, &[1, 2, 3, 8, 17, 40], true);
+    check(ElemType::Bf16, &[5, 64, 1000], false);
+}

@@ -1,0 +1,25 @@
+//! A bounded differential proptest: generated cases (small inputs) through every oracle.
+//! A failure shrinks toward a simple case (see `harness::gen::strategies`) and is printed as
+//! a JSON line ready for `corpora/regressions/`.
+
+use harness::fuzz::check_caught;
+use harness::gen::{strategies, GenConfig};
+use harness::oracle::CheckOptions;
+use harness::report;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+
+proptest! {
+    #![proptest_config(Config {
+        cases: 96,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
+        max_shrink_iters: 2000,
+        ..Config::default()
+    })]
+
+    #[test]
+    fn delegate_agrees_with_reference(case in strategies::cases_with(GenConfig { max_elems: 512, threads: 2 })) {
+        let r = check_caught(&case, &CheckOptions::default());
+        prop_assert!(!r.failed(), "case {}\n{}", case.to_json(), report::verdicts(&r));
+    }
+}
