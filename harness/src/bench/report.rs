@@ -179,11 +179,16 @@ fn why_slower(g: &Group, k: &(String, String, String), threads: usize, cores: us
             ));
         }
     }
-    if small_multi(&k.0, &k.1) && threads > 1 {
-        let cost = ratio(g.sm_cost).map(|c| format!(" (with cost_model: {})", fmt_ci(Some(c)))).unwrap_or_default();
-        why.push(format!(
-            "a small multi-output mean split into per-output tasks wakes the pool for little work (B16){cost}"
-        ));
+    let pot = ratio(g.sm_pot);
+    let cost = ratio(g.sm_cost);
+    if let (Some(p), Some(c)) = (pot, cost) {
+        if threads > 1 && c.2 < p.1 {
+            let small = if small_multi(&k.0, &k.1) { "a small multi-output mean" } else { "a multi-output mean" };
+            why.push(format!(
+                "{small} split into per-output tasks wakes the pool for little work per task (B16); the cost model runs it at {}",
+                fmt_ci(Some(c))
+            ));
+        }
     }
     if threads > cores {
         why.push(format!("{threads} threads on {cores} cores: workers wait for each other (oversubscribed)"));
@@ -287,124 +292,7 @@ pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) ->
         }
     }
 
-    let _ = writeln!(s, "\n## Which of the change's findings this machine reproduces\n");
-    let _ = writeln!(s, "The change measured on an Apple M-series CPU at 16 threads unless said; here thread counts above {} are oversubscribed.\n", info.cores);
-    let _ = writeln!(s, "| finding of the change | there | here | verdict |\n|---|---|---|---|");
-    let mut claim = |what: &str, there: &str, here: String, v: String| {
-        let _ = writeln!(s, "| {what} | {there} | {here} | {v} |");
-    };
-    let pot = "per_output_tasks";
-    let cost = "cost_model";
-    let r = |sc: &str, sh: &str, dt: &str, mode: &str, pol: &str, t: usize| ratio(find(rows, sc, sh, dt, mode, pol, t));
-    {
-        let c = r("rmsnorm", "1x128x2048", "fp32", "static_mean", pot, 1);
-        claim(
-            "RMSNorm 1x128x2048 after faster than before at 1 thread",
-            "0.43-0.97x over shapes at 1 thread; 0.48x at 16",
-            fmt_ci(c),
-            repro(verdict(c), "faster"),
-        );
-        let t1: Vec<_> =
-            programs_shapes().into_iter().map(|sh| r("rmsnorm", &sh, "fp32", "static_mean", pot, 1)).collect();
-        let measured = t1.iter().filter(|c| c.is_some()).count();
-        let fast = t1.iter().filter(|c| verdict(**c) == "faster").count();
-        claim(
-            "every fp32 RMSNorm shape faster at 1 thread",
-            "10 of 10 (0.43-0.97x)",
-            format!("{fast} of {measured} faster"),
-            if measured == 0 {
-                "not measured".into()
-            } else if fast == measured {
-                "reproduced".into()
-            } else {
-                format!("partly ({fast}/{measured})")
-            },
-        );
-    }
-    for t in threads.iter().copied().filter(|&t| t >= 2) {
-        let small: Vec<String> = programs_shapes().into_iter().filter(|sh| small_multi("rmsnorm", sh)).collect();
-        let p: Vec<_> = small.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", pot, t)).collect();
-        let c: Vec<_> = small.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", cost, t)).collect();
-        let measured = p.iter().filter(|x| x.is_some()).count();
-        let ps = p.iter().filter(|x| verdict(**x) == "slower").count();
-        let cs = c.iter().filter(|x| verdict(**x) == "slower").count();
-        let range = |v: &[Option<(f64, f64, f64)>]| {
-            let xs: Vec<f64> = v.iter().flatten().map(|x| x.0).collect();
-            if xs.is_empty() {
-                "-".to_string()
-            } else {
-                format!(
-                    "{:.2}-{:.2}x",
-                    xs.iter().cloned().fold(f64::INFINITY, f64::min),
-                    xs.iter().cloned().fold(0.0, f64::max)
-                )
-            }
-        };
-        claim(
-            &format!("small multi-output RMSNorm (< 8K elements) slower with per-output tasks at {t} threads, not with the cost model"),
-            "1.19-1.55x at 4 threads, 3.7-5.7x at 16",
-            format!("per-output: {ps}/{measured} slower ({}); cost model: {cs}/{measured} slower ({})", range(&p), range(&c)),
-            if measured == 0 { "not measured".into() } else if ps == measured && cs == 0 { "reproduced".into() } else if ps > 0 && cs < ps { "partly".into() } else { "not reproduced".into() },
-        );
-    }
-    for t in threads.iter().copied() {
-        let c = r("mean_last", "1x128x128", "fp32", "static_mean", pot, t);
-        claim(
-            &format!("bare 1x128x128 mean at {t} thread(s)"),
-            "3.26x at 16, 1.14x at 4",
-            fmt_ci(c),
-            verdict(c).to_string(),
-        );
-    }
-    for (sc, there) in [
-        ("conv_sub_mean", "0.75x / 0.85x / 1.12x at 1 / 4 / 16 threads"),
-        ("conv_mean_conv", "0.54x / 0.70x / 0.90x at 1 / 4 / 16 threads"),
-    ] {
-        for t in threads.iter().copied() {
-            let c = r(sc, "1x96x56x56", "fp32", "static_mean", pot, t);
-            claim(
-                &format!("{sc} 96 ch 56x56, StaticMean vs Main at {t} thread(s)"),
-                there,
-                fmt_ci(c),
-                verdict(c).to_string(),
-            );
-        }
-        for t in threads.iter().copied() {
-            let (n, sm) = (
-                r(sc, "1x96x56x56", "fp32", "nhwc_aware", cost, t),
-                r(sc, "1x96x56x56", "fp32", "static_mean", cost, t),
-            );
-            let here = match (n, sm) {
-                (Some(n), Some(m)) => format!("NhwcAware {:.2}x vs StaticMean {:.2}x of Main", n.0, m.0),
-                _ => "not measured".into(),
-            };
-            let v = match (n, sm) {
-                (Some(n), Some(m)) if n.2 < m.1 => "reproduced (fewer copies, faster)".to_string(),
-                (Some(n), Some(m)) if n.1 > m.2 => "not reproduced (slower)".to_string(),
-                (Some(_), Some(_)) => "inconclusive (intervals overlap)".to_string(),
-                _ => "not measured".into(),
-            };
-            claim(
-                &format!("{sc}: the copies NhwcAware removes save time at {t} thread(s)"),
-                "follow-up the change left open (T 4 -> 2)",
-                here,
-                v,
-            );
-        }
-    }
-    for (sc, sh, there) in [
-        ("rmsnorm_linear", "1x32x512", "0.77x"),
-        ("mlp4_decode", "1x1x512", "0.99x"),
-        ("mlp4_prefill", "1x64x512", "0.80x"),
-        ("conv_mean_c", "1x96x56x56", "0.88x"),
-        ("qknorm", "8x64", "3.3x at 16 threads (11.8 -> 39.1 us)"),
-        ("qknorm", "16x128", "1.09x at 16 threads (222 -> 241 us)"),
-    ] {
-        for t in threads.iter().copied() {
-            let c = r(sc, sh, "fp32", "static_mean", pot, t);
-            claim(&format!("{sc} {sh} at {t} thread(s)"), there, fmt_ci(c), verdict(c).to_string());
-        }
-    }
+    s.push_str(&reproduction(rows, &threads, info.cores));
 
     for &t in &threads {
         let _ = writeln!(s, "\n## {t} thread(s){}\n", if t > info.cores { " (oversubscribed)" } else { "" });
@@ -431,6 +319,252 @@ pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) ->
         let _ = writeln!(s, "\nPlot: `bench-t{t}.svg`.");
     }
     s
+}
+
+/// What the change reported for a (scenario, shape, dtype) at a thread count, as a direction.
+struct Claim {
+    scenario: &'static str,
+    shape: &'static str,
+    dtype: &'static str,
+    threads: usize,
+    expect: &'static str,
+    there: &'static str,
+}
+
+const CLAIMS: &[Claim] = &[
+    Claim {
+        scenario: "rmsnorm",
+        shape: "1x128x2048",
+        dtype: "fp32",
+        threads: 1,
+        expect: "faster",
+        there: "0.43-0.97x over the 10 shapes at 1 thread",
+    },
+    Claim { scenario: "rmsnorm", shape: "1x128x2048", dtype: "fp32", threads: 16, expect: "faster", there: "0.48x" },
+    Claim {
+        scenario: "mean_last",
+        shape: "1x128x2048",
+        dtype: "fp32",
+        threads: 16,
+        expect: "faster",
+        there: "0.45x (3-D last-dim mean)",
+    },
+    Claim { scenario: "mean_last", shape: "1x128x128", dtype: "fp32", threads: 4, expect: "slower", there: "1.14x" },
+    Claim { scenario: "mean_last", shape: "1x128x128", dtype: "fp32", threads: 16, expect: "slower", there: "3.26x" },
+    Claim {
+        scenario: "rmsnorm_linear",
+        shape: "1x32x512",
+        dtype: "fp32",
+        threads: 16,
+        expect: "faster",
+        there: "0.77x",
+    },
+    Claim {
+        scenario: "mlp4_decode",
+        shape: "1x1x512",
+        dtype: "fp32",
+        threads: 16,
+        expect: "within noise",
+        there: "0.99x",
+    },
+    Claim { scenario: "mlp4_prefill", shape: "1x64x512", dtype: "fp32", threads: 16, expect: "faster", there: "0.80x" },
+    Claim {
+        scenario: "conv_mean_c",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 16,
+        expect: "faster",
+        there: "0.88x",
+    },
+    Claim {
+        scenario: "conv_sub_mean",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 1,
+        expect: "faster",
+        there: "0.75x",
+    },
+    Claim {
+        scenario: "conv_sub_mean",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 4,
+        expect: "faster",
+        there: "0.85x",
+    },
+    Claim {
+        scenario: "conv_sub_mean",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 16,
+        expect: "slower",
+        there: "1.12x",
+    },
+    Claim {
+        scenario: "conv_mean_conv",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 1,
+        expect: "faster",
+        there: "0.54x",
+    },
+    Claim {
+        scenario: "conv_mean_conv",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 4,
+        expect: "faster",
+        there: "0.70x",
+    },
+    Claim {
+        scenario: "conv_mean_conv",
+        shape: "1x96x56x56",
+        dtype: "fp32",
+        threads: 16,
+        expect: "faster",
+        there: "0.90x",
+    },
+    Claim {
+        scenario: "qknorm",
+        shape: "8x64",
+        dtype: "fp32",
+        threads: 16,
+        expect: "slower",
+        there: "3.3x (11.8 -> 39.1 us)",
+    },
+    Claim {
+        scenario: "qknorm",
+        shape: "16x128",
+        dtype: "fp32",
+        threads: 16,
+        expect: "slower",
+        there: "1.09x (222 -> 241 us)",
+    },
+    Claim {
+        scenario: "mean_last",
+        shape: "1x128x128",
+        dtype: "bf16",
+        threads: 1,
+        expect: "faster",
+        there: "faster at 1 thread",
+    },
+    Claim { scenario: "mean_last", shape: "1x128x128", dtype: "bf16", threads: 4, expect: "slower", there: "1.35x" },
+    Claim { scenario: "mean_last", shape: "1x128x128", dtype: "bf16", threads: 16, expect: "slower", there: "5.7x" },
+    Claim { scenario: "mean_last", shape: "1x128x2048", dtype: "bf16", threads: 16, expect: "faster", there: "0.42x" },
+    Claim { scenario: "rmsnorm", shape: "1x128x2048", dtype: "bf16", threads: 16, expect: "faster", there: "0.56x" },
+];
+
+/// The reproduction table: each finding of the change checked against this sweep.
+fn reproduction(rows: &[Row], threads: &[usize], cores: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n## Which of the change's findings this machine reproduces\n");
+    let _ = writeln!(
+        s,
+        "\"After\" is StaticMean with XNNPACK's per-output tasks, as merged. The change measured on an Apple M-series CPU (12P + 4E cores) at 16 threads unless said; here thread counts above {cores} are oversubscribed, so its 4- and 16-thread findings are compared with oversubscribed rows.\n"
+    );
+    let _ = writeln!(s, "| finding of the change | there | here | verdict |\n|---|---|---|---|");
+    let mut missing = 0usize;
+    let pot = "per_output_tasks";
+    let r = |sc: &str, sh: &str, dt: &str, mode: &str, pol: &str, t: usize| ratio(find(rows, sc, sh, dt, mode, pol, t));
+    for c in CLAIMS {
+        let got = r(c.scenario, c.shape, c.dtype, "static_mean", pot, c.threads);
+        if got.is_none() {
+            missing += 1;
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "| {} {} {} after vs before at {} thread(s): {} | {} | {} | {} |",
+            c.dtype,
+            c.scenario,
+            c.shape,
+            c.threads,
+            c.expect,
+            c.there,
+            fmt_ci(got),
+            repro(verdict(got), c.expect)
+        );
+    }
+    let all: Vec<String> = programs_shapes();
+    let t1: Vec<_> = all.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", pot, 1)).collect();
+    let measured = t1.iter().filter(|c| c.is_some()).count();
+    if measured > 0 {
+        let fast = t1.iter().filter(|c| verdict(**c) == "faster").count();
+        let v = if fast == measured { "reproduced".to_string() } else { format!("partly ({fast} of {measured})") };
+        let _ = writeln!(s, "| every fp32 RMSNorm shape faster after at 1 thread | 10 of 10 (0.43-0.97x) | {fast} of {measured} faster ({}) | {v} |", range(&t1));
+    }
+    for t in threads.iter().copied().filter(|&t| t >= 2) {
+        let small: Vec<&String> = all.iter().filter(|sh| small_multi("rmsnorm", sh)).collect();
+        let p: Vec<_> = small.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", pot, t)).collect();
+        let c: Vec<_> = small.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", "cost_model", t)).collect();
+        let measured = p.iter().filter(|x| x.is_some()).count();
+        if measured == 0 {
+            missing += 1;
+            continue;
+        }
+        let ps = p.iter().filter(|x| verdict(**x) == "slower").count();
+        let cs = c.iter().filter(|x| verdict(**x) == "slower").count();
+        let v = if ps == measured && cs == 0 {
+            "reproduced"
+        } else if ps > cs {
+            "partly"
+        } else {
+            "not reproduced"
+        };
+        let _ = writeln!(
+            s,
+            "| small multi-output fp32 RMSNorm (< 8K elements) at {t} threads: slower with per-output tasks, not with the cost model | 1.19-1.55x at 4 threads, 3.7-5.7x at 16 | per-output tasks: {ps} of {measured} slower ({}); cost model: {cs} of {measured} slower ({}) | {v} |",
+            range(&p),
+            range(&c)
+        );
+        let rest: Vec<&String> = all.iter().filter(|sh| !small_multi("rmsnorm", sh)).collect();
+        let q: Vec<_> = rest.iter().map(|sh| r("rmsnorm", sh, "fp32", "static_mean", pot, t)).collect();
+        let m = q.iter().filter(|x| x.is_some()).count();
+        if m > 0 && (t == 4 || t == 16) {
+            let f = q.iter().filter(|x| verdict(**x) == "faster").count();
+            let v = if f == m { "reproduced".to_string() } else { format!("partly ({f} of {m})") };
+            let _ = writeln!(s, "| the other fp32 RMSNorm shapes faster after at {t} threads | 0.44-0.93x at 4, 0.70-0.98x at 16 | {f} of {m} faster ({}) | {v} |", range(&q));
+        }
+    }
+    for sc in ["conv_sub_mean", "conv_mean_conv"] {
+        for t in threads.iter().copied() {
+            let (n, sm) = (
+                r(sc, "1x96x56x56", "fp32", "nhwc_aware", "cost_model", t),
+                r(sc, "1x96x56x56", "fp32", "static_mean", "cost_model", t),
+            );
+            let (Some(n), Some(m)) = (n, sm) else {
+                missing += 1;
+                continue;
+            };
+            let v = if n.2 < m.1 {
+                "reproduced"
+            } else if n.1 > m.2 {
+                "not reproduced (NhwcAware slower)"
+            } else {
+                "inconclusive (intervals overlap)"
+            };
+            let _ = writeln!(
+                s,
+                "| {sc} 96 ch 56x56 at {t} thread(s): the copies NhwcAware removes save time | follow-up left open by the change (transposes 4 -> 2) | NhwcAware {} vs StaticMean {} of Main (both cost model) | {v} |",
+                fmt_ci(Some(n)),
+                fmt_ci(Some(m))
+            );
+        }
+    }
+    if missing > 0 {
+        let _ = writeln!(s, "\n{missing} finding(s) not measured by this sweep (scenario or thread count not swept).");
+    }
+    s
+}
+
+fn range(v: &[Option<(f64, f64, f64)>]) -> String {
+    let xs: Vec<f64> = v.iter().flatten().map(|x| x.0).collect();
+    if xs.is_empty() {
+        return "-".into();
+    }
+    let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().cloned().fold(0.0, f64::max);
+    format!("{lo:.2}-{hi:.2}x")
 }
 
 fn repro(v: &str, expected: &str) -> String {
