@@ -60,7 +60,10 @@ fn bench_gap(c: &mut Criterion) {
             let ctx = Ctx { isa, pool };
             let name = format!("{}x{}x{}x{}", shape[0], shape[1], shape[2], shape[3]);
             g.bench_with_input(BenchmarkId::new(name, format!("t{}", pool.threads())), &(), |b, _| {
-                b.iter(|| gap::gap_nhwc(&ctx, View::F32(black_box(&x)), &shape, ViewMut::F32(&mut out), None, &mut scratch).unwrap())
+                b.iter(|| {
+                    gap::gap_nhwc(&ctx, View::F32(black_box(&x)), &shape, ViewMut::F32(&mut out), None, &mut scratch)
+                        .unwrap()
+                })
             });
         }
     }
@@ -85,14 +88,23 @@ fn bench_transpose(c: &mut Criterion) {
         for pool in &pools {
             let ctx = Ctx { isa, pool };
             g.bench_with_input(BenchmarkId::new(name, format!("t{}", pool.threads())), &(), |b, _| {
-                b.iter(|| transpose::transpose(&ctx, View::F32(black_box(&x)), shape, perm, ViewMut::F32(&mut out)).unwrap())
+                b.iter(|| {
+                    transpose::transpose(&ctx, View::F32(black_box(&x)), shape, perm, ViewMut::F32(&mut out)).unwrap()
+                })
             });
             // The copy-bandwidth reference: the same bytes through the identity permutation
             // (a chunked memcpy on the same threads).
             let id: Vec<usize> = (0..shape.len()).collect();
-            g.bench_with_input(BenchmarkId::new(format!("{name}_copy"), format!("t{}", pool.threads())), &(), |b, _| {
-                b.iter(|| transpose::transpose(&ctx, View::F32(black_box(&x)), shape, &id, ViewMut::F32(&mut out)).unwrap())
-            });
+            g.bench_with_input(
+                BenchmarkId::new(format!("{name}_copy"), format!("t{}", pool.threads())),
+                &(),
+                |b, _| {
+                    b.iter(|| {
+                        transpose::transpose(&ctx, View::F32(black_box(&x)), shape, &id, ViewMut::F32(&mut out))
+                            .unwrap()
+                    })
+                },
+            );
         }
     }
     g.finish();

@@ -26,9 +26,11 @@ fn bench_rmsnorm(c: &mut Criterion) {
         let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
         let x = generate(&graph.nodes[0].spec, 1, &DataOptions::default());
         g.throughput(Throughput::Bytes((t * d * 4) as u64));
-        for (label, threads, policy) in
-            [("t1", 1, ThreadPolicy::CostModel), ("t2_cost", 2, ThreadPolicy::CostModel), ("t2_per_output", 2, ThreadPolicy::PerOutputTasks)]
-        {
+        for (label, threads, policy) in [
+            ("t1", 1, ThreadPolicy::CostModel),
+            ("t2_cost", 2, ThreadPolicy::CostModel),
+            ("t2_per_output", 2, ThreadPolicy::PerOutputTasks),
+        ] {
             let p = Program::new(&lowered, &RunOptions { threads, policy, simd: SimdLevel::Auto }).unwrap();
             g.bench_with_input(BenchmarkId::new(format!("1x{t}x{d}"), label), &(), |b, _| {
                 b.iter(|| p.run(black_box(std::slice::from_ref(&x))).unwrap())

@@ -373,6 +373,35 @@ fn sum_rows_portable(x: &[f32], rows: &Rows) -> f32 {
     s
 }
 
+/// `out[r] = scale * sum(x[base + r*len .. base + (r+1)*len])`: consecutive rows, one call
+/// (no per-row dispatch; short rows are where per-call overhead would dominate).
+pub fn row_sums_f32(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, out: &mut [f32]) {
+    let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
+    rows.check(x.len());
+    if len == 0 {
+        out.fill(0.0);
+        return;
+    }
+    match isa.0 {
+        Level::Scalar => {
+            for (r, o) in out.iter_mut().enumerate() {
+                let one = Rows { base: base + r * len, n: [1, 1, 1], st: [0, 0, 0], len };
+                *o = sum_rows_portable(x, &one) * scale;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: detection proven by `Isa`; `rows.check` bounds every row; writes stay in `out`.
+        Level::Avx2 => unsafe { x86::row_sums_avx2(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe { x86::row_sums_avx512(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+    }
+    #[cfg(feature = "mutants")]
+    for v in out.iter_mut() {
+        *v = mut_nan(isa, *v);
+    }
+}
+
 /// `out[c] = scale * sum over rows of row[c]` for `c < rows.len` (f32 accumulation).
 pub fn col_sums_f32(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
     rows.check(x.len());
@@ -485,6 +514,83 @@ mod x86 {
             }
         });
         _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
+    }
+
+    /// # Safety
+    /// AVX2 available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn row_sums_avx2(x: *const f32, base: usize, len: usize, scale: f32, out: &mut [f32], drop_tail: bool) {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let tail = len % 8;
+        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail as i32), lanes);
+        for (r, o) in out.iter_mut().enumerate() {
+            // SAFETY: full loads end at or before the row's end; the masked load reads only the
+            // `tail` lanes inside the row; the caller checked the last row's end.
+            unsafe {
+                let p = x.add(base + r * len);
+                let (mut a0, mut a1, mut a2, mut a3) =
+                    (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+                let mut j = 0;
+                while j + 32 <= len {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j + 8)));
+                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(j + 16)));
+                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(j + 24)));
+                    j += 32;
+                }
+                while j + 8 <= len {
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j)));
+                    j += 8;
+                }
+                if tail != 0 && !drop_tail {
+                    a2 = _mm256_add_ps(a2, _mm256_maskload_ps(p.add(j), m));
+                }
+                let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+                let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+                *o = _mm_cvtss_f32(h) * scale;
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn row_sums_avx512(
+        x: *const f32,
+        base: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+        drop_tail: bool,
+    ) {
+        let tail = len % 16;
+        let m: __mmask16 = ((1u32 << tail) - 1) as u16;
+        for (r, o) in out.iter_mut().enumerate() {
+            // SAFETY: as in `row_sums_avx2`; masked lanes never fault.
+            unsafe {
+                let p = x.add(base + r * len);
+                let (mut a0, mut a1, mut a2, mut a3) =
+                    (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+                let mut j = 0;
+                while j + 64 <= len {
+                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j + 16)));
+                    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(j + 32)));
+                    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(j + 48)));
+                    j += 64;
+                }
+                while j + 16 <= len {
+                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j)));
+                    j += 16;
+                }
+                if tail != 0 && !drop_tail {
+                    a2 = _mm512_add_ps(a2, _mm512_maskz_loadu_ps(m, p.add(j)));
+                }
+                *o = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) * scale;
+            }
+        }
     }
 
     /// # Safety
@@ -899,6 +1005,12 @@ mod tests {
             for isa in available_isas() {
                 let got = sum_rows_f32(isa, &x, &rows);
                 assert!((got as f64 - want).abs() < 1e-3, "{} len {len}: {got} vs {want}", isa.name());
+                let mut sums = vec![0f32; 5];
+                row_sums_f32(isa, &x, 2, len, 2.0, &mut sums);
+                for (r, v) in sums.iter().enumerate() {
+                    let w: f64 = x[2 + r * len..2 + (r + 1) * len].iter().map(|&v| v as f64).sum();
+                    assert!((*v as f64 - 2.0 * w).abs() < 1e-3, "{} row {r} len {len}", isa.name());
+                }
                 let mut out = vec![0f32; len];
                 col_sums_f32(isa, &x, &rows, 0.5, &mut out);
                 for j in 0..len {

@@ -111,6 +111,12 @@ fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f3
         }
         return;
     }
+    if r.shape[1] == 1 && r.shape[3] == 1 {
+        // One row per output, and consecutive outputs are consecutive rows: [outputs, len].
+        let len = r.shape[5];
+        ctx.par_chunks(out, bytes, 1, true, |start, chunk| simd::row_sums_f32(isa, x, start * len, len, scale, chunk));
+        return;
+    }
     ctx.par_chunks(out, bytes, 1, true, |start, chunk| {
         for (k, o) in chunk.iter_mut().enumerate() {
             *o = simd::sum_rows_f32(isa, x, &contiguous_rows(r, &st, start + k)) * scale;
