@@ -85,6 +85,11 @@ impl Summary {
     /// Count of nodes of `type_name`, which must be a schema union member.
     pub fn count(&self, type_name: &str) -> Result<usize, UnknownNodeType> {
         if crate::xnn::node_type_id(type_name).is_none() {
+            #[cfg(feature = "mutants")]
+            if crate::mutants::is_active(crate::mutants::Mutant::UnknownNameCountsZero) {
+                // The reviewed `Counter` behaviour: a misspelled name reads 0.
+                return Ok(0);
+            }
             return Err(UnknownNodeType(type_name.to_string()));
         }
         Ok(self.node_counts.get(type_name).copied().unwrap_or(0))
