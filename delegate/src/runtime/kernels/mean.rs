@@ -192,11 +192,12 @@ pub fn mean(
         }
         (x @ (View::F16(_) | View::Bf16(_)), o @ (ViewMut::F16(_) | ViewMut::Bf16(_))) => {
             #[cfg(feature = "mutants")]
-            if let (View::F16(xh), ViewMut::F16(oh)) = (&x, &o) {
-                if is_active(Mutant::Fp16AccumulateInFp16) {
+            let o = match (x, o) {
+                (View::F16(xh), ViewMut::F16(oh)) if is_active(Mutant::Fp16AccumulateInFp16) => {
                     return mean_f16_in_f16(xh, shape, axes, oh);
                 }
-            }
+                (_, o) => o,
+            };
             let Scratch { a, b, .. } = scratch;
             let xf = to_f32(ctx, x, a)?;
             let n_out = o.len();
