@@ -335,6 +335,49 @@ fn summary_is_printable_and_serde() {
 }
 
 #[test]
+fn relu_and_hardtanh_fuse_into_the_op_before_them() {
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
+    let y = g.relu(conv(&g, x, 3, 8, 3, 1));
+    let s = g.hardtanh(g.add(y, y), -1.0, 6.0);
+    let c = g.clamp(g.mul(s, s), None, Some(2.0));
+    let gr = g.finish(&[c]).unwrap();
+    let p = low(&gr, Main);
+    assert_eq!(p.summary.count("XNNClamp").unwrap(), 1, "clamp(max=) is not a fuseable activation");
+    let xg = xgraphs(&p)[0];
+    let range = |t: &str| xg.nodes.iter().find(|n| n.kind.type_name() == t).unwrap().output_min_max;
+    assert_eq!(range("XNNConv2d"), Some((0.0, f32::INFINITY)));
+    assert_eq!(range("XNNAdd"), Some((-1.0, 6.0)));
+    assert_eq!(range("XNNMultiply"), None);
+    assert_eq!(range("XNNClamp"), Some((f32::NEG_INFINITY, 2.0)));
+    // In a static-quant group the activation between the conv and its quantize is claimed
+    // with the group and fused: one qs8 conv, no clamp, converts only at the edges.
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
+    let xd = g.dequantize(g.quantize(x, 0.02, 0), 0.02, 0);
+    let w = g.constant(Tensor::qs8(&[4, 3, 3, 3], vec![1; 108], QuantParams::new(0.01, 0)));
+    let y = g.relu(g.conv2d(xd, g.dequantize(w, 0.01, 0), None, Conv2dParams::default()));
+    let out = g.dequantize(g.quantize(y, 0.05, -128), 0.05, -128);
+    let gr = g.finish(&[out]).unwrap();
+    let p = low(&gr, Main);
+    assert_eq!(counts(&p.summary), (1, 2, 0, 0, 2, vec![]));
+    assert_eq!(p.summary.count("XNNClamp").unwrap(), 0);
+    let xg = xgraphs(&p)[0];
+    let conv_node = xg.nodes.iter().find(|n| n.kind.type_name() == "XNNConv2d").unwrap();
+    assert_eq!(conv_node.output_min_max, Some((0.0, f32::INFINITY)));
+    let XNodeKind::Conv2d(c) = &conv_node.kind else { unreachable!() };
+    assert_eq!(xg.values[c.output_id as usize].datatype, delegate::xnn::XnnDatatype::Qint8);
+    // An op read by something else as well keeps its activation as a node.
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
+    let y = conv(&g, x, 3, 8, 3, 1);
+    let r = g.relu(y);
+    let gr = g.finish(&[r, y]).unwrap();
+    let p = low(&gr, Main);
+    assert_eq!(p.summary.count("XNNClamp").unwrap(), 1);
+}
+
+#[test]
 fn invalid_graph_is_a_typed_error() {
     let mut g = pattern_a();
     g.outputs = vec![99];

@@ -233,6 +233,7 @@ impl<'a> Emitter<'a> {
 
     fn push(&mut self, i: usize, kind: XNodeKind, output_min_max: Option<(f32, f32)>) {
         let debug_handle = self.pg.nodes[i].debug_handle;
+        let output_min_max = output_min_max.or(self.pg.nodes[i].fused);
         self.xg.nodes.push(XNode { kind, debug_handle, output_min_max });
     }
 

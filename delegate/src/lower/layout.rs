@@ -8,7 +8,7 @@
 //! Layout changes are `_to_copy` nodes (later `XNNStaticTranspose`), reused through
 //! partners, wrapped in implicit q/dq around quantized values.
 
-use super::partition::{is_gap, Partition, Plan};
+use super::partition::{fuseable_activation, is_gap, takes_fused_activation, Partition, Plan};
 use super::{LowerError, LowerOptions};
 use crate::program::SlotId;
 use crate::LoweringMode;
@@ -45,6 +45,8 @@ pub struct PNode {
     pub partner: Option<usize>,
     /// NhwcAware: a non-GAP mean reading its NHWC input directly with remapped axes.
     pub nhwc_mean: bool,
+    /// Output range of a relu/hardtanh fused into this node.
+    pub fused: Option<(f32, f32)>,
     pub debug_handle: u32,
 }
 
@@ -148,7 +150,27 @@ impl PGraph {
             })
             .collect::<Result<_, _>>()?;
         pg.out_nhwc = p.outputs.iter().map(|&o| eager_nhwc(&g.nodes[o].spec)).collect();
+        pg.fuse_activations(g);
         Ok(pg)
+    }
+
+    /// `FuseActivationPass` (runs before the layout pass): a relu/hardtanh whose input is
+    /// a conv, linear, add, sub or mul read by nothing else becomes that op's output range.
+    fn fuse_activations(&mut self, g: &Graph) {
+        let order = self.order.clone();
+        for &a in &order {
+            let Some(range) = self.op(a, g).and_then(fuseable_activation) else { continue };
+            let Some(&pre) = self.nodes[a].inputs.first() else { continue };
+            let fuses = self.op(pre, g).is_some_and(takes_fused_activation)
+                && self.nodes[pre].fused.is_none()
+                && self.num_users(pre) == 1;
+            if fuses {
+                self.nodes[pre].fused = Some(range);
+                self.replace_all_uses(a, pre);
+                self.nodes[a].alive = false;
+                self.order.retain(|&x| x != a);
+            }
+        }
     }
 
     fn push(&mut self, kind: Kind, inputs: Vec<usize>, spec: TensorSpec, debug_handle: u32) -> usize {
@@ -161,6 +183,7 @@ impl PGraph {
             alive: true,
             partner: None,
             nhwc_mean: false,
+            fused: None,
             debug_handle,
         });
         self.nodes.len() - 1

@@ -258,6 +258,38 @@ fn quant_anchor(op: &Op) -> bool {
     )
 }
 
+/// relu and hardtanh, which ExecuTorch's `FuseActivationPass` folds into the op before
+/// them as its output range.
+pub fn fuseable_activation(op: &Op) -> Option<(f32, f32)> {
+    match op {
+        Op::Clamp { min: Some(lo), max: None } if *lo == 0.0 => Some((0.0, f32::INFINITY)),
+        Op::Clamp { min: Some(lo), max: Some(hi) } => Some((*lo, *hi)),
+        _ => None,
+    }
+}
+
+/// The ops an activation fuses into.
+pub fn takes_fused_activation(op: &Op) -> bool {
+    matches!(op, Op::Conv2d(_) | Op::Linear | Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul))
+}
+
+/// The nodes after a group anchor up to its quantize: `[q]`, or `[activation, q]` when a
+/// fuseable activation sits between (the static-quant config looks past it).
+fn quant_output(g: &Graph, u: &Users, id: NodeId) -> Option<Vec<NodeId>> {
+    let single = |x: NodeId| (!u.is_output[x] && u.users[x].len() == 1).then(|| u.users[x][0]);
+    let next = single(id)?;
+    if matches!(g.nodes[next].op, Op::Quantize(_)) {
+        return Some(vec![next]);
+    }
+    if fuseable_activation(&g.nodes[next].op).is_some() && takes_fused_activation(&g.nodes[id].op) {
+        let q = single(next)?;
+        if matches!(g.nodes[q].op, Op::Quantize(_)) {
+            return Some(vec![next, q]);
+        }
+    }
+    None
+}
+
 struct Users {
     users: Vec<Vec<NodeId>>,
     is_output: Vec<bool>,
@@ -331,10 +363,7 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
                 claimed[id]
                     && !no_group[id]
                     && quant_anchor(&g.nodes[id].op)
-                    && !u.is_output[id]
-                    && u.users[id].len() == 1
-                    && matches!(g.nodes[u.users[id][0]].op, Op::Quantize(_))
-                    && claimed[u.users[id][0]]
+                    && quant_output(g, &u, id).is_some_and(|t| t.iter().all(|&x| claimed[x]))
                     && dq_inputs(g, id).is_some_and(|d| d.iter().all(|&q| claimed[q]))
             })
             .collect();
@@ -379,7 +408,7 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
             .map(|id| {
                 let mut m = dq_inputs(g, id).unwrap_or_default();
                 m.push(id);
-                m.push(u.users[id][0]);
+                m.extend(quant_output(g, &u, id).unwrap_or_default());
                 m.sort_unstable();
                 m.dedup();
                 m
