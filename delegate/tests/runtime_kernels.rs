@@ -202,11 +202,11 @@ fn dropped_element_and_wrong_divisor_exceed_the_tolerance() {
             let mut xd = x.clone();
             let st = kernels::strides(&shape);
             let mut seen = std::collections::HashSet::new();
-            for i in 0..nx {
+            for (i, v) in xd.iter_mut().enumerate() {
                 let key: Vec<usize> =
                     (0..shape.len()).filter(|d| !axes.contains(d)).map(|d| (i / st[d]) % shape[d]).collect();
                 if seen.insert(key) {
-                    xd[i] = 0.0;
+                    *v = 0.0;
                 }
             }
             mean_f64(&xd, &shape, &axes)

@@ -12,7 +12,9 @@ use half::f16;
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
 /// Each check returns true when the runtime behaved correctly.
-fn checks() -> Vec<(&'static str, Box<dyn Fn() -> bool>)> {
+type Check = Box<dyn Fn() -> bool>;
+
+fn checks() -> Vec<(&'static str, Check)> {
     let simd = Isa::avx512().or_else(Isa::avx2).unwrap_or(Isa::SCALAR);
     vec![
         (

@@ -508,7 +508,7 @@ fn infer_shape(
             let known: usize = new_shape.iter().filter(|&&d| d != 0).product();
             let zeros = new_shape.iter().filter(|&&d| d == 0).count();
             let mut s = new_shape.clone();
-            if zeros == 1 && known > 0 && in_numel % known == 0 {
+            if zeros == 1 && known > 0 && in_numel.is_multiple_of(known) {
                 for d in s.iter_mut().filter(|d| **d == 0) {
                     *d = in_numel / known;
                 }

@@ -96,7 +96,7 @@ impl Pool {
             let mut spins = 0u32;
             while s.done.load(Ordering::Acquire) < self.workers.len() {
                 spins = spins.wrapping_add(1);
-                if spins % 4096 == 0 {
+                if spins.is_multiple_of(4096) {
                     // A worker descheduled by other load: let it run.
                     std::thread::yield_now();
                 } else {
@@ -136,7 +136,7 @@ fn worker(s: Arc<Shared>, w: usize) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && start.elapsed() > SPIN_BEFORE_PARK {
+            if spins.is_multiple_of(64) && start.elapsed() > SPIN_BEFORE_PARK {
                 s.sleeping[w].store(true, Ordering::SeqCst);
                 // Re-check after announcing sleep: a dispatcher that bumped the epoch before
                 // reading `sleeping` would not unpark us.

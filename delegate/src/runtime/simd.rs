@@ -240,7 +240,7 @@ pub fn scoped_job<R>(f: &DynJob<'_>, body: impl FnOnce(&JobRef) -> R) -> R {
             let mut spins = 0u32;
             while Arc::strong_count(&self.0) > 1 {
                 spins = spins.wrapping_add(1);
-                if spins % 64 == 0 {
+                if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -878,7 +878,7 @@ multiversion! {
             // Rounding in f32 then adding the zero point keeps ties-to-even on the scaled value;
             // the clamp in f32 makes infinities saturate.
             let r = (x[i] * inv_scale).round_ties_even() + zpf;
-            let r = if r < -128.0 { -128.0 } else if r > 127.0 { 127.0 } else { r };
+            let r = r.clamp(-128.0, 127.0);
             out[i] = if r.is_nan() { zp as i8 } else { r as i8 };
         }
     }
@@ -1022,7 +1022,7 @@ mod tests {
 
     #[test]
     fn bf16_bit_conversions_match_half() {
-        let vals = [0.0f32, -0.0, 1.0, 1.00390625, 1.0117188, -3.3e38, 1e-40, f32::INFINITY, f32::NAN, 3.3e-39];
+        let vals = [0.0f32, -0.0, 1.0, 1.003_906_2, 1.011_718_8, -3.3e38, 1e-40, f32::INFINITY, f32::NAN, 3.3e-39];
         for isa in available_isas() {
             let mut out = vec![0u16; vals.len()];
             f32_to_bf16(isa, &vals, &mut out);

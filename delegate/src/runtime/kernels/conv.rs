@@ -66,6 +66,7 @@ impl ConvGeom {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn conv_f32(
     ctx: &Ctx,
     g: &ConvGeom,

@@ -61,6 +61,7 @@ fn broadcast_layout(a: &[usize], b: &[usize], out: &[usize]) -> (Vec<usize>, Vec
     (dims, ma, mb)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn binary_f32(
     ctx: &Ctx,
     op: BinOp,
@@ -78,8 +79,7 @@ fn binary_f32(
     let isa = ctx.isa;
     let bytes = 3 * out.len() * 4;
     ctx.par_chunks(out, bytes, inner.max(64).div_ceil(inner) * inner, false, |start, chunk| {
-        let mut row = start / inner;
-        for o in chunk.chunks_mut(inner) {
+        for (row, o) in (start / inner..).zip(chunk.chunks_mut(inner)) {
             let (mut oa, mut ob, mut rem) = (0, 0, row);
             for k in (0..r - 1).rev() {
                 let i = rem % dims[k];
@@ -96,7 +96,6 @@ fn binary_f32(
                 (0, _) => simd::bin_sv(isa, op, a[oa], &b[ob..ob + inner], o),
                 _ => simd::bin_vv(isa, op, &a[oa..oa + inner], &b[ob..ob + inner], o),
             }
-            row += 1;
         }
     });
 }
