@@ -596,7 +596,7 @@ fn conv_and_depthwise_and_linear_match_f64() {
     let x = values(ish.iter().product(), 43);
     for geom in [g, dw] {
         let osh = geom.output_shape(&ish).unwrap();
-        let w = values(geom.filter_len(), 47);
+        let w = values(geom.filter_len().unwrap(), 47);
         let b = values(osh[3], 53);
         let n_out: usize = osh.iter().product();
         // f64 reference with XNNPACK's filter layouts.

@@ -392,3 +392,65 @@ fn portable_kernels_match_the_reference_for_every_op() {
         compare(&got, &want[0], name);
     }
 }
+
+/// Damaged segments (what a buggy lowering or a fuzzed payload could hand over) are refused or
+/// run with typed errors; nothing panics.
+#[test]
+fn damaged_segments_never_panic() {
+    use delegate::xnn::{XNodeKind, XnnGraph};
+    type Damage = fn(&mut XnnGraph);
+    let damages: [(&str, Damage); 12] = [
+        ("dim zero", |g| g.values.iter_mut().for_each(|v| v.dims.iter_mut().take(1).for_each(|d| *d = 0))),
+        ("dims huge", |g| g.values.iter_mut().for_each(|v| v.dims.iter_mut().take(1).for_each(|d| *d = u32::MAX))),
+        ("dims shrunk", |g| g.values.iter_mut().for_each(|v| v.dims.iter_mut().for_each(|d| *d = (*d / 2).max(1)))),
+        ("rank 7", |g| g.values.iter_mut().for_each(|v| v.dims.resize(7, 1))),
+        ("external ids swapped", |g| g.values.iter_mut().for_each(|v| v.external_id = v.external_id.wrapping_add(1))),
+        ("axes out of range", |g| {
+            g.nodes.iter_mut().for_each(|n| {
+                if let XNodeKind::StaticMean { reduction_axes, .. } = &mut n.kind {
+                    *reduction_axes = vec![9];
+                }
+            })
+        }),
+        ("perm repeated", |g| {
+            g.nodes.iter_mut().for_each(|n| {
+                if let XNodeKind::StaticTranspose { perm, .. } = &mut n.kind {
+                    perm.iter_mut().for_each(|p| *p = 0);
+                }
+            })
+        }),
+        ("conv huge kernel", |g| {
+            g.nodes.iter_mut().for_each(|n| {
+                if let XNodeKind::Conv2d(c) | XNodeKind::DepthwiseConv2d(c) = &mut n.kind {
+                    c.kernel_height = u32::MAX;
+                    c.padding_top = u32::MAX;
+                    c.groups = u32::MAX;
+                }
+            })
+        }),
+        ("nodes reversed", |g| g.nodes.reverse()),
+        ("output never written", |g| {
+            g.nodes.pop();
+        }),
+        ("datatype changed", |g| g.values.iter_mut().for_each(|v| v.datatype = delegate::xnn::XnnDatatype::Fp16)),
+        ("quant dropped", |g| g.values.iter_mut().for_each(|v| v.quant = None)),
+    ];
+    for (name, graph, bf16) in patterns() {
+        let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 3)).collect();
+        for mode in LoweringMode::ALL {
+            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 }).unwrap();
+            for (dname, damage) in &damages {
+                let mut l = lowered.clone();
+                for s in l.steps.iter_mut() {
+                    if let Step::Delegate(d) = s {
+                        damage(&mut d.graph);
+                    }
+                }
+                let r = std::panic::catch_unwind(|| {
+                    Program::new(&l, &RunOptions::threads(2)).and_then(|p| p.run(&inputs)).map(|_| ())
+                });
+                assert!(r.is_ok(), "{name} {mode} {dname}: panicked");
+            }
+        }
+    }
+}

@@ -459,6 +459,10 @@ fn check_types(
     Ok(())
 }
 
+fn checked_numel(s: &[usize]) -> Option<usize> {
+    s.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
 /// Output shape of a node for concrete input shapes.
 fn infer_shape(
     k: &Kernel,
@@ -505,7 +509,7 @@ fn infer_shape(
         }
         Kernel::Reshape { new_shape } => {
             // XNNPACK: a 0 entry is inferred from the element count.
-            let known: usize = new_shape.iter().filter(|&&d| d != 0).product();
+            let known = new_shape.iter().filter(|&&d| d != 0).try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(0);
             let zeros = new_shape.iter().filter(|&&d| d == 0).count();
             let mut s = new_shape.clone();
             if zeros == 1 && known > 0 && in_numel.is_multiple_of(known) {
@@ -513,7 +517,7 @@ fn infer_shape(
                     *d = in_numel / known;
                 }
             }
-            if numel(&s) != in_numel || zeros > 1 {
+            if checked_numel(&s) != Some(in_numel) || zeros > 1 {
                 return Err(format!("cannot reshape {x:?} to {new_shape:?}"));
             }
             s
@@ -598,7 +602,7 @@ impl SegmentPlan {
             let oshape = infer_shape(&n.kernel, &in_shapes, w_dims, in_numel)
                 .map_err(|e| shape_err(format!("node {} ({:?}): {e}", n.index, n.kernel)))?;
             let ov = &self.values[n.output];
-            let on = numel(&oshape);
+            let on = checked_numel(&oshape).unwrap_or(usize::MAX);
             if on > ov.max_numel {
                 return Err(shape_err(format!(
                     "node {}: output {oshape:?} above the value's bounds {:?}",

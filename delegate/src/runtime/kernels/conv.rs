@@ -35,7 +35,7 @@ impl ConvGeom {
         {
             return Err(format!("invalid convolution geometry {self:?}"));
         }
-        if input[3] != self.groups * self.group_in {
+        if Some(input[3]) != self.groups.checked_mul(self.group_in) {
             return Err(format!(
                 "input has {} channels, the node expects {} x {}",
                 input[3], self.groups, self.group_in
@@ -45,24 +45,22 @@ impl ConvGeom {
         for k in 0..2 {
             let (before, after) =
                 if k == 0 { (self.padding[0], self.padding[2]) } else { (self.padding[3], self.padding[1]) };
-            let padded = input[1 + k] + before + after;
-            let span = self.dilation[k] * (self.kernel[k] - 1) + 1;
+            let padded = input[1 + k].saturating_add(before).saturating_add(after);
+            let span = self.dilation[k].saturating_mul(self.kernel[k] - 1).saturating_add(1);
             if padded < span {
                 return Err(format!("kernel {span} larger than padded input {padded}"));
             }
             out.push((padded - span) / self.stride[k] + 1);
         }
-        out.push(self.groups * self.group_out);
+        out.push(self.groups.checked_mul(self.group_out).ok_or("output channel count overflows")?);
         Ok(out)
     }
 
-    pub fn filter_len(&self) -> usize {
-        let khw = self.kernel[0] * self.kernel[1];
-        if self.depthwise {
-            khw * self.groups * self.group_out
-        } else {
-            self.groups * self.group_out * khw * self.group_in
-        }
+    /// Elements of the filter (`None` on overflow: such a node cannot be valid).
+    pub fn filter_len(&self) -> Option<usize> {
+        let khw = self.kernel[0].checked_mul(self.kernel[1])?;
+        let per_group = if self.depthwise { 1 } else { self.group_in };
+        khw.checked_mul(self.groups)?.checked_mul(self.group_out)?.checked_mul(per_group)
     }
 }
 
@@ -148,8 +146,8 @@ pub fn conv2d(
     if want != osh {
         return Err(format!("convolution output {osh:?}, geometry gives {want:?}"));
     }
-    if w.len() != g.filter_len() {
-        return Err(format!("filter of {} elements, geometry needs {}", w.len(), g.filter_len()));
+    if Some(w.len()) != g.filter_len() {
+        return Err(format!("filter of {} elements, geometry needs {:?}", w.len(), g.filter_len()));
     }
     if x.len() != ish.iter().product::<usize>() || out.len() != osh.iter().product::<usize>() {
         return Err("convolution buffers do not match their shapes".into());
