@@ -19,13 +19,23 @@ const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
 /// than a dispatch plus the cache traffic of a second core (measured with the RMSNorm sweep).
 pub const INLINE_BYTES: usize = 96 * 1024;
 
+/// The dispatch in progress, read by workers under the lock.
+struct Slot {
+    epoch: u64,
+    job: Option<JobRef>,
+    n_tasks: usize,
+}
+
 struct Shared {
+    /// Mirrors `Slot::epoch` for lock-free spinning.
     epoch: AtomicU64,
-    job: Mutex<Option<JobRef>>,
-    n_tasks: AtomicUsize,
+    slot: Mutex<Slot>,
     next: AtomicUsize,
-    /// Workers that finished the current epoch.
+    /// Tasks finished in the current dispatch.
+    completed: AtomicUsize,
+    /// Workers that checked in for the current dispatch (the `PerOutputTasks` barrier).
     done: AtomicUsize,
+    panicked: AtomicBool,
     shutdown: AtomicBool,
     /// Per worker: parked (or about to park) and needs an unpark.
     sleeping: Vec<AtomicBool>,
@@ -45,10 +55,11 @@ impl Pool {
         let n_workers = threads.max(1) - 1;
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
-            job: Mutex::new(None),
-            n_tasks: AtomicUsize::new(0),
+            slot: Mutex::new(Slot { epoch: 0, job: None, n_tasks: 0 }),
             next: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleeping: (0..n_workers).map(|_| AtomicBool::new(false)).collect(),
         });
@@ -71,6 +82,11 @@ impl Pool {
 
     /// Runs `f(task)` for every task in `0..n_tasks` on all threads (the caller included) and
     /// returns when all are done. With one task or no workers it runs inline.
+    ///
+    /// Tasks are claimed dynamically, so the caller does every task no worker got to: under
+    /// `CostModel` it waits only for the tasks, never for a worker that other load keeps off
+    /// the CPU. `PerOutputTasks` also waits until every worker has checked in, as
+    /// pthreadpool's barrier does (the wake-up cost it reproduces).
     pub fn run_tasks(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         if n_tasks == 0 {
             return;
@@ -81,43 +97,62 @@ impl Pool {
         }
         let _serial = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        scoped_job(f, |job| {
-            *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.clone());
-            s.n_tasks.store(n_tasks, Ordering::Relaxed);
-            s.next.store(0, Ordering::Relaxed);
-            s.done.store(0, Ordering::Relaxed);
-            s.epoch.fetch_add(1, Ordering::SeqCst);
+        let barrier = self.policy == ThreadPolicy::PerOutputTasks;
+        let panicked = scoped_job(f, |job| {
+            let epoch = {
+                let mut slot = s.slot.lock().unwrap_or_else(|e| e.into_inner());
+                // No worker holds a job now (the previous `scoped_job` waited for every clone),
+                // so resetting the counters cannot race with a late claim.
+                s.next.store(0, Ordering::Relaxed);
+                s.completed.store(0, Ordering::Relaxed);
+                s.done.store(0, Ordering::Relaxed);
+                s.panicked.store(false, Ordering::Relaxed);
+                slot.epoch += 1;
+                slot.job = Some(job.clone());
+                slot.n_tasks = n_tasks;
+                slot.epoch
+            };
+            s.epoch.store(epoch, Ordering::SeqCst);
             for (w, h) in self.workers.iter().enumerate() {
                 if s.sleeping[w].load(Ordering::SeqCst) {
                     h.thread().unpark();
                 }
             }
-            run_share(s, job);
+            run_share(s, job, n_tasks);
             let mut spins = 0u32;
-            while s.done.load(Ordering::Acquire) < self.workers.len() {
+            while s.completed.load(Ordering::Acquire) < n_tasks
+                || (barrier && s.done.load(Ordering::Acquire) < self.workers.len())
+            {
                 spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(4096) {
-                    // A worker descheduled by other load: let it run.
+                if spins.is_multiple_of(1024) {
+                    // A worker holding a task was descheduled by other load: let it run.
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
             }
             // Drop the pool's clone so `scoped_job` can return.
-            s.job.lock().unwrap_or_else(|e| e.into_inner()).take();
+            s.slot.lock().unwrap_or_else(|e| e.into_inner()).job.take();
+            s.panicked.load(Ordering::Acquire)
         });
+        if panicked {
+            panic!("a runtime kernel panicked on a pool thread");
+        }
     }
 }
 
-/// Claims tasks until none is left.
-fn run_share(s: &Shared, job: &JobRef) {
-    let n = s.n_tasks.load(Ordering::Relaxed);
+/// Claims tasks until none is left; a panicking task still counts as completed (the caller
+/// re-raises it) so nobody waits forever.
+fn run_share(s: &Shared, job: &JobRef, n: usize) {
     loop {
         let i = s.next.fetch_add(1, Ordering::AcqRel);
         if i >= n {
             break;
         }
-        job.call(i);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.call(i))).is_err() {
+            s.panicked.store(true, Ordering::Release);
+        }
+        s.completed.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -148,11 +183,15 @@ fn worker(s: Arc<Shared>, w: usize) {
                 std::hint::spin_loop();
             }
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        let job = s.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Epoch, job and task count are read together: a late worker either joins the
+        // dispatch in progress or finds it finished (job taken), never a mix of two.
+        let (epoch, job, n) = {
+            let slot = s.slot.lock().unwrap_or_else(|e| e.into_inner());
+            (slot.epoch, slot.job.clone(), slot.n_tasks)
+        };
+        seen = epoch;
         if let Some(job) = job {
-            // A panicking kernel must not leave the caller waiting forever.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_share(&s, &job)));
+            run_share(&s, &job, n);
             drop(job);
         }
         s.done.fetch_add(1, Ordering::Release);

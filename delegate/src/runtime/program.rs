@@ -260,11 +260,15 @@ impl Program {
         }
         drop(guard);
         let mut res = Vec::with_capacity(self.outputs.len());
-        for &s in &self.outputs {
-            let t = slots[s]
-                .as_ref()
-                .ok_or_else(|| RuntimeError::InvalidProgram(format!("output slot {s} never written")))?;
-            res.push(t.clone().into_owned());
+        for (k, &s) in self.outputs.iter().enumerate() {
+            let missing = || RuntimeError::InvalidProgram(format!("output slot {s} never written"));
+            // Move the tensor out unless a later output repeats the slot (then copy).
+            let t = if self.outputs[k + 1..].contains(&s) {
+                slots[s].as_ref().ok_or_else(missing)?.clone().into_owned()
+            } else {
+                slots[s].take().ok_or_else(missing)?.into_owned()
+            };
+            res.push(t);
         }
         Ok(res)
     }
