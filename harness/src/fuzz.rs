@@ -68,8 +68,9 @@ pub struct FuzzArgs {
     /// Only these dtypes (repeatable): f32, f16, bf16, qs8.
     #[arg(long = "dtype")]
     pub dtypes: Vec<String>,
-    /// Run the full configuration matrix on every case (both SIMD paths at every thread
-    /// count); by default the multi-threaded run alternates between the paths.
+    /// Run the full configuration matrix on every case (every mode on both SIMD paths at
+    /// every thread count); by default each case runs every mode at 1 thread on the SIMD
+    /// path plus one rotating configuration (nine consecutive cases cover the matrix).
     #[arg(long)]
     pub full_matrix: bool,
     /// No progress bar.
@@ -171,8 +172,8 @@ pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
     catch(|| oracle::check(case, opts)).unwrap_or_else(CaseReport::panicked)
 }
 
-/// The check options the fuzz loop uses for case `index`: 1 thread on both SIMD paths, and
-/// the multi-threaded run on one path, alternating (or everything with `full`).
+/// The check options the fuzz loop uses for case `index` (see [`CheckOptions::sampled`]),
+/// or the full matrix.
 fn loop_options(full: bool, index: u64) -> CheckOptions {
     if full {
         CheckOptions::default()
@@ -447,6 +448,78 @@ pub fn export_fuzz_corpus(corpora: &Path, out: &Path) -> Result<usize> {
     Ok(written)
 }
 
+/// The case a cargo-fuzz input means: a JSON case line when the input is one (the seed
+/// corpora are the `corpora/` cases), otherwise [`Case`]'s `Arbitrary` decoding.
+pub fn case_from_fuzz_input(data: &[u8]) -> Option<Case> {
+    if data.first() == Some(&b'{') {
+        if let Some(c) = std::str::from_utf8(data).ok().and_then(|s| Case::from_json(s).ok()) {
+            return Some(c);
+        }
+    }
+    let mut u = arbitrary::Unstructured::new(data);
+    <Case as arbitrary::Arbitrary>::arbitrary(&mut u).ok()
+}
+
+/// cargo-fuzz `differential`: every oracle; panics (a libFuzzer crash) on a failure with
+/// the case line to put under `corpora/regressions/`. Returns whether the input was a
+/// usable case.
+pub fn target_differential(data: &[u8]) -> bool {
+    let Some(case) = case_from_fuzz_input(data) else { return false };
+    if case.numel() > 1 << 16 || crate::patterns::build(&case).is_err() {
+        return false;
+    }
+    let r = oracle::check(&case, &CheckOptions::default());
+    if let Some(f) = r.first_failure() {
+        panic!(
+            "{}
+case: {}
+{}",
+            f.label(),
+            case.to_json(),
+            report::verdicts(&r)
+        );
+    }
+    true
+}
+
+/// cargo-fuzz `load_bytes`: arbitrary bytes into the loader. It may reject them (with a
+/// typed error), never panic; what it accepts must re-serialize to bytes that load again
+/// to the same graph and serialize to the same bytes.
+pub fn target_load_bytes(data: &[u8]) {
+    let Ok(graph) = crate::engine::load(data) else { return };
+    let bytes = crate::engine::write(&graph).expect("the writer accepts every loaded graph");
+    let again = match crate::engine::load(&bytes) {
+        Ok(g) => g,
+        Err(e) => panic!("a loaded graph re-serialized to bytes the loader rejects: {e}"),
+    };
+    let bytes2 = crate::engine::write(&again).expect("the writer accepts every loaded graph");
+    assert!(bytes == bytes2, "load/write is not idempotent: {}", oracle::bytes::first_difference(&bytes, &bytes2));
+}
+
+/// cargo-fuzz `roundtrip`: lowers a case in every mode and runs the bytes oracle
+/// (deterministic writes, load/re-serialize identity, GAP identity across modes).
+pub fn target_roundtrip(data: &[u8]) -> bool {
+    let Some(case) = case_from_fuzz_input(data) else { return false };
+    let Ok(built) = crate::patterns::build(&case) else { return false };
+    let mut payloads = vec![];
+    for mode in LoweringMode::ALL {
+        let Ok(p) = crate::engine::lower(&built.graph, mode) else { continue };
+        match oracle::bytes::segment_verdict(&p) {
+            (oracle::Verdict::Fail { kind, detail }, _) => {
+                panic!("bytes/{kind} in {mode}: {detail}\ncase: {}", case.to_json())
+            }
+            (_, Some(p)) => payloads.push((mode, p)),
+            _ => {}
+        }
+    }
+    if built.gap_only {
+        if let oracle::Verdict::Fail { kind, detail } = oracle::bytes::gap_identity(&payloads) {
+            panic!("bytes/{kind}: {detail}\ncase: {}", case.to_json());
+        }
+    }
+    true
+}
+
 pub fn run(args: FuzzArgs) -> Result<ExitCode> {
     if let Some(out) = &args.export_fuzz_corpus {
         let n = export_fuzz_corpus(&corpora_dir(), out)?;
@@ -472,7 +545,7 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         shard,
         max_cases: args.cases,
         duration,
-        gen: GenConfig { max_elems: args.max_elems.max(1), threads: args.threads },
+        gen: GenConfig { max_elems: args.max_elems.max(1), threads: args.threads, ..GenConfig::default() },
         keep_going: args.keep_going,
         minimize: !args.no_minimize,
         out_dir: Some(args.out.clone().unwrap_or_else(default_out_dir)),
@@ -508,7 +581,7 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         if outcome.found.len() == 1 { "" } else { "s" }
     );
     print!("{}", cov.summary());
-    for f in &outcome.found {
+    for f in outcome.found.iter().take(20) {
         println!(
             "FAIL {} (case #{}) -> {}",
             f.label,

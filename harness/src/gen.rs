@@ -24,11 +24,14 @@ pub struct GenConfig {
     pub max_elems: usize,
     /// Thread count used besides 1.
     pub threads: usize,
+    /// Largest multiply-accumulate count of a case's convs and linears (keeps the
+    /// reference's f64 convolutions from dominating the time per case).
+    pub max_macs: usize,
 }
 
 impl Default for GenConfig {
     fn default() -> Self {
-        GenConfig { max_elems: 4096, threads: 2 }
+        GenConfig { max_elems: 4096, threads: 2, max_macs: 1 << 15 }
     }
 }
 
@@ -205,6 +208,62 @@ impl Knobs {
                 param /= 2;
             }
         }
+        // Multiply-accumulate budget of convs and linears: shrink the widest factor.
+        let k = if self.variant & 1 == 1 { 9 } else { 1 };
+        loop {
+            let macs = match pattern {
+                p if p.needs_rank4() => shape[0] * shape[2] * shape[3] * k * (param * shape[1] + 4),
+                Pattern::QkNorm => 2 * shape[0] * shape[1] * shape[2] * shape[2],
+                Pattern::PreNormMlp => 2 * shape[0] * shape[1] * shape[2] * param,
+                _ => 0,
+            };
+            if macs <= cfg.max_macs.max(1) {
+                break;
+            }
+            let shrink = |v: &mut usize| {
+                let old = *v;
+                *v = (*v).div_ceil(2);
+                *v < old
+            };
+            let changed = match pattern {
+                p if p.needs_rank4() => {
+                    let i = [0, 2, 3].into_iter().max_by_key(|&i| shape[i]).unwrap_or(0);
+                    if shape[i] > 1 {
+                        shrink(&mut shape[i])
+                    } else if param > 1 {
+                        shrink(&mut param)
+                    } else {
+                        shrink(&mut shape[1])
+                    }
+                }
+                Pattern::QkNorm => {
+                    let heads = param.max(1);
+                    let mut dh = shape[2] / heads;
+                    if shape[0] * shape[1] > dh && (shape[0] > 1 || shape[1] > 1) {
+                        let i = if shape[0] >= shape[1] { 0 } else { 1 };
+                        shrink(&mut shape[i])
+                    } else if dh > 1 {
+                        let c = shrink(&mut dh);
+                        shape[2] = heads * dh;
+                        c
+                    } else {
+                        false
+                    }
+                }
+                Pattern::PreNormMlp => {
+                    if param >= shape[2] && param > 1 {
+                        shrink(&mut param)
+                    } else {
+                        let i = (0..3).max_by_key(|&i| shape[i]).unwrap_or(0);
+                        shrink(&mut shape[i])
+                    }
+                }
+                _ => false,
+            };
+            if !changed {
+                break;
+            }
+        }
 
         // Dims list.
         let r = rank as i64;
@@ -309,6 +368,9 @@ mod tests {
         for i in 0..2000 {
             let c = nth_case(42, i, &cfg);
             assert!(c.numel() <= cfg.max_elems || c.invalid.is_some(), "{}", c.to_json());
+            if c.pattern == Pattern::QkNorm {
+                assert!(2 * c.numel() * c.shape[2] <= cfg.max_macs.max(2 * c.numel() * c.param), "{}", c.to_json());
+            }
             if let Err(e) = patterns::build(&c) {
                 panic!("case {i} does not build: {e}\n{}", c.to_json());
             }

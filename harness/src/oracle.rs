@@ -118,50 +118,79 @@ impl CaseReport {
     }
 }
 
-/// What [`check`] runs besides the case's own lists.
+/// Which configurations [`check`] runs each lowered program in.
 #[derive(Clone, Debug)]
 pub struct CheckOptions {
-    /// SIMD paths to run at 1 thread.
-    pub simd_paths: Vec<Simd>,
-    /// SIMD paths to run at the case's other thread counts.
-    pub threaded_simd_paths: Vec<Simd>,
-    /// Modes whose programs run at the other thread counts (`None`: every mode).
-    pub threaded_modes: Option<Vec<LoweringMode>>,
+    /// (threads, SIMD path, modes) triples; `threads == 0` means "each of the case's thread
+    /// counts above 1"; `None` modes means every mode.
+    pub configs: Vec<(usize, Simd, Option<Vec<LoweringMode>>)>,
 }
 
 impl Default for CheckOptions {
-    /// The full matrix: both paths at every thread count.
+    /// The full matrix: both paths at every thread count, in every mode.
     fn default() -> Self {
         CheckOptions {
-            simd_paths: vec![Simd::Best, Simd::Fallback],
-            threaded_simd_paths: vec![Simd::Best, Simd::Fallback],
-            threaded_modes: None,
+            configs: vec![
+                (1, Simd::Best, None),
+                (1, Simd::Fallback, None),
+                (0, Simd::Best, None),
+                (0, Simd::Fallback, None),
+            ],
         }
     }
 }
 
 impl CheckOptions {
-    /// The fuzz loop's matrix for case `index`: every mode on both paths at 1 thread, and
-    /// one mode on one path at N threads, rotating by case (every mode and path meet N
-    /// threads over any six consecutive cases). Starting a pool costs a thread spawn, the
-    /// largest fixed cost of a small case.
+    /// The fuzz loop's matrix for case `index`: every mode at 1 thread on the SIMD path, plus
+    /// one more configuration rotating by case over (1 thread fallback, N threads SIMD,
+    /// N threads fallback) x (three modes), so nine consecutive cases cover the full matrix.
+    /// Each program start serializes, loads and plans every segment (and a pool start costs
+    /// a thread spawn): the largest fixed costs of a small case.
     pub fn sampled(index: u64) -> CheckOptions {
-        let path = if index % 2 == 0 { Simd::Best } else { Simd::Fallback };
-        let mode = LoweringMode::ALL[(index / 2 % 3) as usize];
-        CheckOptions {
-            simd_paths: vec![Simd::Best, Simd::Fallback],
-            threaded_simd_paths: vec![path],
-            threaded_modes: Some(vec![mode]),
+        let extra = [(1, Simd::Fallback), (0, Simd::Best), (0, Simd::Fallback)][(index % 3) as usize];
+        let mode = LoweringMode::ALL[(index / 3 % 3) as usize];
+        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))] }
+    }
+
+    /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
+    pub fn for_mode(&self, mode: LoweringMode, threads: &[usize]) -> Vec<(usize, Simd)> {
+        let mut out = vec![];
+        for (t, simd, modes) in &self.configs {
+            if modes.as_ref().is_some_and(|m| !m.contains(&mode)) {
+                continue;
+            }
+            for &ct in threads {
+                let take = if *t == 0 { ct > 1 } else { ct == *t };
+                if take && !out.contains(&(ct, *simd)) {
+                    out.push((ct, *simd));
+                }
+            }
         }
+        out
     }
 }
 
-/// The reference's view of one run: inputs, outputs (or its error) and magnitudes.
+/// The reference's view of one run: inputs, outputs (or its error) and, computed on first
+/// use, the magnitudes of the outputs (see `patterns`).
 pub struct RefRun {
     pub shapes: Vec<Vec<usize>>,
     pub inputs: Vec<Tensor>,
     pub outputs: Result<Vec<Tensor>, EngineError>,
-    pub magnitude: Option<Vec<Tensor>>,
+    magnitude_graph: Option<reference::Graph>,
+    magnitude_inputs: Vec<Tensor>,
+    magnitude: std::cell::OnceCell<Option<Vec<Tensor>>>,
+}
+
+impl RefRun {
+    /// The magnitude twin's outputs (None for qs8 and invalid cases, or if it failed).
+    pub fn magnitude(&self) -> Option<&Vec<Tensor>> {
+        self.magnitude
+            .get_or_init(|| {
+                let g = self.magnitude_graph.as_ref()?;
+                engine::reference(g, &self.magnitude_inputs).ok()
+            })
+            .as_ref()
+    }
 }
 
 /// Concrete inputs of run `r` of a case: inline when the case carries them, else seeded.
@@ -192,14 +221,12 @@ pub fn reference_runs(case: &Case, built: &Built) -> Result<Vec<RefRun>, String>
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
         let inputs = case_inputs(case, built, r, &shapes)?;
         let outputs = engine::reference(&built.graph, &inputs);
-        let magnitude = match (&outputs, &built.magnitude) {
-            (Ok(_), Some(m)) => {
-                let mi = patterns::magnitude_inputs(case, &inputs);
-                Some(engine::reference(m, &mi).map_err(|e| format!("magnitude graph: {e}"))?)
-            }
-            _ => None,
+        let (magnitude_graph, magnitude_inputs) = match (&outputs, &built.magnitude) {
+            (Ok(_), Some(m)) => (Some(m.clone()), patterns::magnitude_inputs(case, &inputs)),
+            _ => (None, vec![]),
         };
-        runs.push(RefRun { shapes, inputs, outputs, magnitude });
+        let magnitude = std::cell::OnceCell::new();
+        runs.push(RefRun { shapes, inputs, outputs, magnitude_graph, magnitude_inputs, magnitude });
     }
     Ok(runs)
 }

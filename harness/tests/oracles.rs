@@ -3,7 +3,7 @@
 //! against simulated delegate outputs computed here, outside the delegate.
 
 use harness::case::{Case, Pattern};
-use harness::oracle::outputs::{compare, tolerance};
+use harness::oracle::outputs::{compare_with as compare, tolerance};
 use harness::patterns::{build, magnitude_inputs};
 use reference::data::SplitMix64;
 use reference::{ElemType, Tensor};

@@ -72,9 +72,20 @@ pub fn ulp(dt: ElemType, x: f64) -> f64 {
         ElemType::Bf16 => (7, -126),
         _ => (23, -126),
     };
-    let a = x.abs();
-    let e = if a == 0.0 || !a.is_finite() { min_exp } else { (a.log2().floor() as i32).max(min_exp) };
-    2f64.powi(e - mant)
+    // The binary exponent straight from the f64 bits (subnormal f64s are far below every
+    // min_exp here, so they clamp like zero).
+    let e =
+        if x == 0.0 || !x.is_finite() { min_exp } else { (((x.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(min_exp) };
+    pow2(e - mant)
+}
+
+/// `2^e` for the exponents `ulp` produces (-200 < e < 1024), exactly.
+fn pow2(e: i32) -> f64 {
+    if e >= -1022 {
+        f64::from_bits(((e + 1023) as u64) << 52)
+    } else {
+        f64::from_bits(1u64 << (52 + e + 1022))
+    }
 }
 
 /// The tolerance parameters of one output.
@@ -107,7 +118,14 @@ impl Tolerance {
 
 /// Compares one delegate output with the reference. `None` when equal within tolerance;
 /// otherwise the full difference, every mismatching element (up to 64 listed).
-pub fn compare(reference: &Tensor, got: &Tensor, magnitude: Option<&Tensor>, tol: &Tolerance) -> Option<String> {
+/// `magnitude` is asked for only when some element is more than one ulp away (a difference
+/// of at most one ulp passes whatever the magnitude).
+pub fn compare(
+    reference: &Tensor,
+    got: &Tensor,
+    magnitude: &mut dyn FnMut() -> Option<Vec<f64>>,
+    tol: &Tolerance,
+) -> Option<String> {
     if got.shape != reference.shape {
         return Some(format!("shape: delegate {:?}, reference {:?}", got.shape, reference.shape));
     }
@@ -121,28 +139,39 @@ pub fn compare(reference: &Tensor, got: &Tensor, magnitude: Option<&Tensor>, tol
         return Some(format!("data length: delegate {}, reference {}", got.data.len(), reference.data.len()));
     }
     let (r, g) = (reference.values_f64(), got.values_f64());
-    let m = magnitude.map(|t| t.values_f64());
     let out_dt = reference.dtype();
+    let finite_close = |i: usize| -> Option<bool> {
+        // Some(pass) when decided without the magnitude.
+        if r[i].is_nan() {
+            Some(g[i].is_nan())
+        } else if r[i].is_infinite() {
+            Some(g[i] == r[i])
+        } else if !g[i].is_finite() {
+            Some(false)
+        } else if (g[i] - r[i]).abs() <= ulp(out_dt, r[i]) && tol.step.is_none() {
+            Some(true)
+        } else {
+            None
+        }
+    };
+    if (0..r.len()).all(|i| finite_close(i) == Some(true)) {
+        return None;
+    }
+    let m = if tol.step.is_some() { None } else { magnitude() };
     let mut lines = vec![];
     let mut bad = 0usize;
     for i in 0..r.len() {
         let mi = m.as_ref().map_or(r[i].abs(), |m| m[i]);
-        let ok = if r[i].is_nan() {
-            g[i].is_nan()
-        } else if r[i].is_infinite() {
-            g[i] == r[i]
-        } else if !g[i].is_finite() {
-            false
-        } else {
-            let b = tol.bound(out_dt, r[i], mi);
-            // A non-finite magnitude (overflowed or NaN from specials elsewhere) gives no
+        let b = tol.bound(out_dt, r[i], mi);
+        let ok = match finite_close(i) {
+            Some(v) => v,
+            // A non-finite magnitude (overflowed, or NaN from specials elsewhere) gives no
             // bound; finite-vs-finite is then all we can say.
-            !b.is_finite() || (g[i] - r[i]).abs() <= b
+            None => !b.is_finite() || (g[i] - r[i]).abs() <= b,
         };
         if !ok {
             bad += 1;
             if lines.len() < 64 {
-                let b = tol.bound(out_dt, r[i], mi);
                 lines.push(format!(
                     "  [{}] delegate {:e} reference {:e} diff {:e} tol {:e} (magnitude {:e})",
                     index_string(&reference.shape, i),
@@ -164,6 +193,11 @@ pub fn compare(reference: &Tensor, got: &Tensor, magnitude: Option<&Tensor>, tol
         s.push_str(&format!("\n  ... {} more", bad - lines.len()));
     }
     Some(s)
+}
+
+/// [`compare`] with a magnitude tensor at hand (or none: `|reference|` is used).
+pub fn compare_with(reference: &Tensor, got: &Tensor, magnitude: Option<&Tensor>, tol: &Tolerance) -> Option<String> {
+    compare(reference, got, &mut || magnitude.map(|t| t.values_f64()), tol)
 }
 
 /// `i` as a multi-index of `shape` (row-major), e.g. `0,2,1`.
@@ -199,15 +233,8 @@ pub fn execute(
     let mut baseline: Option<(String, Vec<Vec<u8>>)> = written.map(|w| ("serializer".to_string(), w.to_vec()));
     let mut failing_configs: Vec<String> = vec![];
     let mut first_detail: Option<String> = None;
-    for &threads in &case.threads {
-        let threaded_mode = opts.threaded_modes.as_ref().is_none_or(|m| m.contains(&program.mode));
-        let none = vec![];
-        let paths = match (threads, threaded_mode) {
-            (1, _) => &opts.simd_paths,
-            (_, true) => &opts.threaded_simd_paths,
-            (_, false) => &none,
-        };
-        for &simd in paths {
+    for (threads, simd) in opts.for_mode(program.mode, &case.threads) {
+        {
             let config = format!("{} threads={threads} {}", program.mode.name(), simd.name());
             let mut prepared = match engine::prepare(program, threads, simd) {
                 Ok(p) => p,
@@ -242,8 +269,8 @@ pub fn execute(
                             continue;
                         }
                         for (o, (w, g)) in want.iter().zip(&got).enumerate() {
-                            let mag = run.magnitude.as_ref().and_then(|m| m.get(o));
-                            if let Some(d) = compare(w, g, mag, &tolerance(case, built, o)) {
+                            let mut mag = || run.magnitude().and_then(|m| m.get(o)).map(|t| t.values_f64());
+                            if let Some(d) = compare(w, g, &mut mag, &tolerance(case, built, o)) {
                                 failing_configs.push(format!("{config}{run_name} output {o}"));
                                 first_detail.get_or_insert_with(|| format!("[{config}{run_name} output {o}] {d}"));
                                 break;
@@ -306,13 +333,13 @@ mod tests {
     fn nan_needs_nan_and_infinity_needs_the_same_infinity() {
         let tol = Tolerance { acc_len: 4, ops: 1, compute: ElemType::F32, step: None };
         let r = Tensor::f32(&[3], vec![f32::NAN, f32::INFINITY, 1.0]);
-        assert!(compare(&r, &r.clone(), None, &tol).is_none());
+        assert!(compare_with(&r, &r.clone(), None, &tol).is_none());
         let g = Tensor::f32(&[3], vec![1.0, f32::INFINITY, 1.0]);
-        assert!(compare(&r, &g, None, &tol).unwrap().contains("1 of 3"));
+        assert!(compare_with(&r, &g, None, &tol).unwrap().contains("1 of 3"));
         let g = Tensor::f32(&[3], vec![f32::NAN, f32::NEG_INFINITY, 1.0]);
-        assert!(compare(&r, &g, None, &tol).is_some());
+        assert!(compare_with(&r, &g, None, &tol).is_some());
         let g = Tensor::f32(&[3], vec![f32::NAN, f32::INFINITY, f32::NAN]);
-        assert!(compare(&r, &g, None, &tol).is_some());
+        assert!(compare_with(&r, &g, None, &tol).is_some());
     }
 
     #[test]
@@ -321,16 +348,16 @@ mod tests {
         let r = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0]);
         let one_up = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0 + 2f64.powi(-10)]);
         let far = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0 + 4.0 * 2f64.powi(-10)]);
-        assert!(compare(&r, &one_up, None, &tol).is_none());
-        assert!(compare(&r, &far, None, &tol).is_some());
+        assert!(compare_with(&r, &one_up, None, &tol).is_none());
+        assert!(compare_with(&r, &far, None, &tol).is_some());
     }
 
     #[test]
     fn qs8_allows_one_step_not_two() {
         let tol = Tolerance { acc_len: 8, ops: 3, compute: ElemType::F32, step: Some(0.0625) };
         let r = Tensor::f32(&[2], vec![0.5, -1.0]);
-        assert!(compare(&r, &Tensor::f32(&[2], vec![0.5625, -1.0625]), None, &tol).is_none());
-        assert!(compare(&r, &Tensor::f32(&[2], vec![0.625, -1.0]), None, &tol).is_some());
+        assert!(compare_with(&r, &Tensor::f32(&[2], vec![0.5625, -1.0625]), None, &tol).is_none());
+        assert!(compare_with(&r, &Tensor::f32(&[2], vec![0.625, -1.0]), None, &tol).is_some());
     }
 
     #[test]
@@ -338,8 +365,8 @@ mod tests {
         let tol = Tolerance { acc_len: 1, ops: 1, compute: ElemType::F32, step: None };
         let r = Tensor::f32(&[1, 2, 1, 1], vec![1.0, 2.0]);
         let g = Tensor::f32(&[1, 2], vec![1.0, 2.0]);
-        assert!(compare(&r, &g, None, &tol).unwrap().starts_with("shape"));
+        assert!(compare_with(&r, &g, None, &tol).unwrap().starts_with("shape"));
         let g = r.to_format(reference::MemoryFormat::ChannelsLast);
-        assert!(compare(&r, &g, None, &tol).unwrap().starts_with("memory format"));
+        assert!(compare_with(&r, &g, None, &tol).unwrap().starts_with("memory format"));
     }
 }

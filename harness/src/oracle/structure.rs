@@ -6,8 +6,8 @@
 //! - `Main`: only GAP means are lowered: no `XNNStaticMean` (`main_static_mean`), every other
 //!   mean stays outside (`main_lowers_non_gap`), every GAP-eligible mean is delegated
 //!   (`gap_outside`).
-//! - `StaticMean`: no supported mean (fp32/fp16/bf16 input, no dtype argument, rank 1 to 6)
-//!   is left outside (`mean_outside`), and each non-GAP one is one `XNNStaticMean`
+//! - `StaticMean`: no supported mean (fp32/fp16/bf16 input, no dtype argument, rank 1 to 6,
+//!   not channels_last_3d) is left outside (`mean_outside`), and each non-GAP one is one `XNNStaticMean`
 //!   (`static_mean_count`).
 //! - `NhwcAware`: the `StaticMean` rules, and never more transposes than `StaticMean`
 //!   (`more_transposes`).
@@ -18,7 +18,7 @@ use crate::patterns::Built;
 use delegate::program::{Step, Summary};
 use delegate::{LoweredProgram, LoweringMode};
 use reference::graph::{mean_axes, Graph, NodeId, Op};
-use reference::ElemType;
+use reference::{ElemType, MemoryFormat};
 use std::collections::BTreeMap;
 
 /// How the lowering rules see one mean node.
@@ -41,7 +41,10 @@ pub fn means(graph: &Graph) -> Vec<MeanInfo> {
         let axes = mean_axes(dims, rank).unwrap_or_default();
         let float_in = matches!(x.spec.dtype, ElemType::F32 | ElemType::F16 | ElemType::Bf16);
         let gap = rank == 4 && axes == [2, 3] && *keepdim && dtype.is_none() && x.spec.dtype != ElemType::Bf16;
-        let supported = float_in && dtype.is_none() && (1..=6).contains(&rank);
+        // channels_last_3d tensors are outside the delegate's scope (a generic constraint
+        // of every op config, not a mean rule).
+        let cl3d = x.spec.format == MemoryFormat::ChannelsLast3d || n.spec.format == MemoryFormat::ChannelsLast3d;
+        let supported = float_in && dtype.is_none() && (1..=6).contains(&rank) && !cl3d;
         out.push(MeanInfo { node: id, gap: gap && float_in, supported });
     }
     out
