@@ -56,7 +56,7 @@ pub struct SweepArgs {
     /// Directory for bench-t<N>.csv, bench-summary.md and the plots.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
-    /// Total time budget in seconds (default 540, or 40 with --quick).
+    /// Total time budget in seconds (default 470, or 35 with --quick).
     #[arg(long)]
     pub budget: Option<f64>,
     /// Stop a row after this many rounds (one timed run of each program per round).
@@ -135,6 +135,14 @@ pub struct Row {
     pub ci_low: Option<f64>,
     pub ci_high: Option<f64>,
     pub within_noise: bool,
+    /// NhwcAware rows only: paired ratio NhwcAware / StaticMean (both cost model) and its
+    /// interval, so the copies NhwcAware removes are judged on their own pairs.
+    #[serde(default)]
+    pub vs_static_mean: Option<f64>,
+    #[serde(default)]
+    pub vs_static_mean_low: Option<f64>,
+    #[serde(default)]
+    pub vs_static_mean_high: Option<f64>,
     /// `ok`, or why the outputs were not accepted (then no timing).
     pub check: String,
     pub delegates: usize,
@@ -314,6 +322,9 @@ pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &Mac
             ci_low: None,
             ci_high: None,
             within_noise: false,
+            vs_static_mean: None,
+            vs_static_mean_low: None,
+            vs_static_mean_high: None,
             check: "ok".into(),
             delegates: 0,
             transposes: 0,
@@ -433,6 +444,14 @@ pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &Mac
             }
         }
     }
+    // NhwcAware (index 3) against StaticMean with the same policy (index 2).
+    if rows[2].check == "ok" && rows[3].check == "ok" && samples[2].len() == samples[3].len() {
+        if let Some(r) = stats::paired_ratio(&samples[2], &samples[3]) {
+            rows[3].vs_static_mean = Some(round4(r.ratio));
+            rows[3].vs_static_mean_low = Some(round4(r.low));
+            rows[3].vs_static_mean_high = Some(round4(r.high));
+        }
+    }
     rows
 }
 
@@ -460,7 +479,9 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
     if progs.is_empty() {
         bail!("no benchmark scenario matches --only {:?}", args.only);
     }
-    let budget = Duration::from_secs_f64(args.budget.unwrap_or(if args.quick { 40.0 } else { 540.0 }).max(1.0));
+    // Preparation (lowering, reference runs) and the last rounds of each row come on top of
+    // the timed share: 470 s keeps the default sweep under 10 minutes on 2 cores.
+    let budget = Duration::from_secs_f64(args.budget.unwrap_or(if args.quick { 35.0 } else { 470.0 }).max(1.0));
     let start = Instant::now();
     let groups = progs.len() * threads.len();
     let pb = if args.no_progress {
