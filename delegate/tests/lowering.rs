@@ -378,6 +378,20 @@ fn relu_and_hardtanh_fuse_into_the_op_before_them() {
 }
 
 #[test]
+fn dynamic_dims_serialize_as_their_upper_bound() {
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[2, 7, 16]).dynamic(0).dynamic(2));
+    let m = g.mean(x, &[-1], true);
+    let gr = g.finish(&[m]).unwrap();
+    assert_eq!(counts(&low(&gr, Main).summary), (0, 0, 0, 0, 0, mean_out()));
+    let p = low(&gr, StaticMean);
+    let xg = xgraphs(&p)[0];
+    assert_eq!(xg.values[xg.input_ids[0] as usize].dims, vec![2, 7, 16]);
+    assert_eq!(xg.values[xg.output_ids[0] as usize].dims, vec![2, 7, 1]);
+    assert_eq!(p.slots[p.inputs[0]], gr.nodes[0].spec, "the hand-off keeps the dynamic spec");
+}
+
+#[test]
 fn invalid_graph_is_a_typed_error() {
     let mut g = pattern_a();
     g.outputs = vec![99];
