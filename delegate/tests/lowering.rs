@@ -532,6 +532,102 @@ fn fixture_a_b_c_h_match_executorch_1_5_1() {
     check_against_fixture("h", &low(&pattern_h(), Main), true);
 }
 
+#[test]
+fn fixtures_without_constants_are_byte_identical_to_executorch() {
+    // a and h carry no weights, so lowering + the writer must give ExecuTorch's payload
+    // byte for byte (header, flatbuffer, no constant data).
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    for (name, g) in [("a", pattern_a()), ("h", pattern_h())] {
+        let want = std::fs::read(format!("{dir}{name}.d0.xnn")).unwrap();
+        for mode in MODES {
+            let p = low(&g, mode);
+            let got = delegate::serialize::write(xgraphs(&p)[0]);
+            assert!(got == want, "{name} {mode}: {} bytes vs ExecuTorch's {}", got.len(), want.len());
+        }
+    }
+}
+
+/// The bytes of a named constant in a fixture's `.pte` (ExecuTorch keeps weights there).
+fn pte_named(name: &str, key: &str) -> Vec<u8> {
+    let m = manifest();
+    let pte = &m["patterns"][name]["pte"];
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    let bytes = std::fs::read(format!("{dir}{}", pte["file"].as_str().unwrap())).unwrap();
+    let entry = pte["named_data"].as_array().unwrap().iter().find(|e| e["key"] == key).unwrap();
+    let (off, size) = (entry["file_offset"].as_u64().unwrap() as usize, entry["size"].as_u64().unwrap() as usize);
+    bytes[off..off + size].to_vec()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// A conv with ExecuTorch's exact weights: the serialized filter (OHWI, or [1, kh, kw, O]
+/// for depthwise) turned back into the graph's OIHW.
+fn fixture_conv(g: &GraphBuilder, x: T, filter: &[u8], bias: &[u8], o: usize, i: usize, dw: bool) -> T {
+    let f = f32s(filter);
+    let mut oihw = vec![0f32; f.len()];
+    for oo in 0..o {
+        for ii in 0..i {
+            for h in 0..3 {
+                for w in 0..3 {
+                    let src = if dw { (h * 3 + w) * o + oo } else { ((oo * 3 + h) * 3 + w) * i + ii };
+                    oihw[((oo * i + ii) * 3 + h) * 3 + w] = f[src];
+                }
+            }
+        }
+    }
+    let wt = g.constant(Tensor::f32(&[o, i, 3, 3], oihw));
+    let b = g.constant(Tensor::f32(&[o], f32s(bias)));
+    g.conv2d(x, wt, Some(b), Conv2dParams::default())
+}
+
+/// ExecuTorch's constant table: every entry by name (sha256 of its bytes) in the .pte.
+fn as_named(xg: &XnnGraph) -> XnnGraph {
+    use sha2::Digest;
+    let mut out = xg.clone();
+    for c in out.constant_data.iter_mut().skip(1) {
+        let data = &xg.constant_bytes[c.offset as usize..(c.offset + c.size) as usize];
+        let hex: String = sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect();
+        *c = delegate::xnn::ConstantDataOffset { offset: u64::MAX, size: c.size, named_key: Some(hex) };
+    }
+    out.constant_bytes.clear();
+    out
+}
+
+#[test]
+fn conv_fixtures_are_byte_identical_with_executorchs_weights() {
+    let m = manifest();
+    let key = |name: &str, d: usize, k: usize| {
+        m["patterns"][name]["payloads"][d]["graph"]["constant_data"][k]["named_key"].as_str().unwrap().to_string()
+    };
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    // b: conv(3->8) -> GAP, in every mode.
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
+    let y = fixture_conv(&g, x, &pte_named("b", &key("b", 0, 1)), &pte_named("b", &key("b", 0, 2)), 8, 3, false);
+    let gap = g.mean(y, &[2, 3], true);
+    let gb = g.finish(&[gap]).unwrap();
+    // c: conv(3->8) -> mean(1) -> depthwise conv(1->4), Main only (two payloads).
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
+    let y = fixture_conv(&g, x, &pte_named("c", &key("c", 0, 1)), &pte_named("c", &key("c", 0, 2)), 8, 3, false);
+    let mm = g.mean(y, &[1], true);
+    let z = fixture_conv(&g, mm, &pte_named("c", &key("c", 1, 1)), &pte_named("c", &key("c", 1, 2)), 4, 1, true);
+    let gc = g.finish(&[z]).unwrap();
+    let cases = [("b", &gb, MODES.to_vec()), ("c", &gc, vec![Main])];
+    for (name, graph, modes) in cases {
+        for mode in modes {
+            let p = low(graph, mode);
+            for (k, xg) in xgraphs(&p).into_iter().enumerate() {
+                let want = std::fs::read(format!("{dir}{name}.d{k}.xnn")).unwrap();
+                let got = delegate::serialize::write(&as_named(xg));
+                assert!(got == want, "{name}.d{k} {mode}: {} bytes vs ExecuTorch's {}", got.len(), want.len());
+            }
+        }
+    }
+}
+
 fn qparam(bits: u32, zp: i32) -> QuantParams {
     QuantParams::new(f32::from_bits(bits), zp)
 }
