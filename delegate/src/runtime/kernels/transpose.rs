@@ -29,10 +29,33 @@ pub fn normalize(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (new_shape, new_perm)
 }
 
-const TILE: usize = 32;
+/// Tile: output rows per tile, and output columns per tile (long enough that each output
+/// row segment fills whole cache lines when the output stride is a power of two).
+const TILE: usize = 16;
+const TILE_W: usize = 16;
 
 /// Transposes `x` (row-major `shape`) by `perm` into `out`.
-pub fn transpose_typed<T: Copy + Send + Sync>(ctx: &Ctx, x: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
+pub fn transpose_typed<T: Copy + Default + Send + Sync>(
+    ctx: &Ctx,
+    x: &[T],
+    shape: &[usize],
+    perm: &[usize],
+    out: &mut [T],
+) {
+    transpose_with(ctx, x, shape, perm, out, None)
+}
+
+/// A transpose tile kernel: (src, src offset, src stride, rows, cols, dst, dst offset, dst stride).
+type TileFn<'a, T> = &'a (dyn Fn(&[T], usize, usize, usize, usize, &mut [T], usize, usize) + Sync);
+
+fn transpose_with<T: Copy + Default + Send + Sync>(
+    ctx: &Ctx,
+    x: &[T],
+    shape: &[usize],
+    perm: &[usize],
+    out: &mut [T],
+    tile_f32: Option<TileFn<T>>,
+) {
     let n = numel(shape);
     let (s, p) = normalize(shape, perm);
     let bytes = 2 * n * std::mem::size_of::<T>();
@@ -67,8 +90,9 @@ pub fn transpose_typed<T: Copy + Send + Sync>(ctx: &Ctx, x: &[T], shape: &[usize
                 chunk[k * inner..(k + 1) * inner].copy_from_slice(&x[b..b + inner]);
             }
         } else if tiled {
-            // Rows row0.. step dim r-2 of the output, whose input stride is 1: copy TILE x TILE
+            // Rows row0.. step dim r-2 of the output, whose input stride is 1: copy TILE x TILE_W
             // blocks so both the reads and the writes stay within a few cache lines.
+            let mut buf = [[T::default(); TILE_W]; TILE];
             let mut k = 0;
             while k < nrows {
                 let row = row0 + k;
@@ -77,12 +101,24 @@ pub fn transpose_typed<T: Copy + Send + Sync>(ctx: &Ctx, x: &[T], shape: &[usize
                 let b = row_base(row);
                 let mut i0 = 0;
                 while i0 < inner {
-                    let w = TILE.min(inner - i0);
-                    for jj in 0..h {
-                        let o = &mut chunk[(k + jj) * inner + i0..(k + jj) * inner + i0 + w];
-                        let src = b + jj + i0 * inner_stride;
-                        for (ii, d) in o.iter_mut().enumerate() {
-                            *d = x[src + ii * inner_stride];
+                    let w = TILE_W.min(inner - i0);
+                    // Input rows i0.. (h contiguous elements each) become output columns.
+                    if let Some(fast) = tile_f32 {
+                        fast(x, b + i0 * inner_stride, inner_stride, w, h, chunk, k * inner + i0, inner);
+                    } else {
+                        // Through a TILE x TILE_W buffer: every row segment is read or written
+                        // whole, once, so power-of-two strides (NCHW planes) that map a tile's
+                        // rows to one cache set cost no repeated misses.
+                        #[allow(clippy::needless_range_loop)]
+                        for ii in 0..w {
+                            let at = b + (i0 + ii) * inner_stride;
+                            for (jj, &v) in x[at..at + h].iter().enumerate() {
+                                buf[jj][ii] = v;
+                            }
+                        }
+                        for (jj, row) in buf.iter().enumerate().take(h) {
+                            let at = (k + jj) * inner + i0;
+                            chunk[at..at + w].copy_from_slice(&row[..w]);
                         }
                     }
                     i0 += w;
@@ -111,7 +147,13 @@ pub fn transpose(ctx: &Ctx, x: View, shape: &[usize], perm: &[usize], out: ViewM
         return Err(format!("transpose of {n} elements with buffers of {} and {}", x.len(), out.len()));
     }
     match (x, out) {
-        (View::F32(x), ViewMut::F32(o)) => transpose_typed(ctx, x, shape, perm, o),
+        (View::F32(x), ViewMut::F32(o)) => {
+            let isa = ctx.isa;
+            let tile = move |s: &[f32], s0, ss, r, c, d: &mut [f32], d0, ds| {
+                crate::runtime::simd::transpose_block_f32(isa, s, s0, ss, r, c, d, d0, ds)
+            };
+            transpose_with(ctx, x, shape, perm, o, Some(&tile))
+        }
         (View::I32(x), ViewMut::I32(o)) => transpose_typed(ctx, x, shape, perm, o),
         (View::F16(x), ViewMut::F16(o)) => transpose_typed(ctx, x, shape, perm, o),
         (View::Bf16(x), ViewMut::Bf16(o)) => transpose_typed(ctx, x, shape, perm, o),
