@@ -1,6 +1,7 @@
 //! `harness bench check`: validates a sweep's CSVs and compares their ratios with a committed
 //! baseline. A row fails when its ratio moved beyond both intervals: the new ratio lies
-//! outside the baseline's interval and the baseline's ratio outside the new interval.
+//! outside the baseline's interval and the baseline's ratio outside the new interval, and by
+//! more than `--tolerance` of the baseline's ratio (default 25%; 0 = strict).
 
 use super::report::read_csv;
 use super::Row;
@@ -21,6 +22,11 @@ pub struct CheckArgs {
     /// Fail only on rows that got slower (moves to faster are reported, not failed).
     #[arg(long)]
     pub slower_only: bool,
+    /// Also require the ratio to move by more than this fraction of the baseline's (0 = any
+    /// move beyond both intervals). The intervals come from one run's paired rounds and do
+    /// not cover run-to-run drift of a shared machine, which this absorbs.
+    #[arg(long, default_value_t = 0.25)]
+    pub tolerance: f64,
 }
 
 /// The columns every sweep CSV must have (issue 8), in any order.
@@ -137,7 +143,7 @@ pub struct Move {
 }
 
 /// Compares rows present in both; Main rows (ratio 1 by definition) are skipped.
-pub fn compare(now: &[Row], base: &[Row]) -> (Vec<Move>, usize) {
+pub fn compare(now: &[Row], base: &[Row], tolerance: f64) -> (Vec<Move>, usize) {
     let b: BTreeMap<Key, &Row> = base.iter().map(|r| (key(r), r)).collect();
     let mut moves = Vec::new();
     let mut compared = 0;
@@ -149,8 +155,9 @@ pub fn compare(now: &[Row], base: &[Row]) -> (Vec<Move>, usize) {
             continue;
         };
         compared += 1;
-        let slower = x > bhi && bx < lo;
-        let faster = x < blo && bx > hi;
+        let big = (x - bx).abs() > tolerance * bx;
+        let slower = x > bhi && bx < lo && big;
+        let faster = x < blo && bx > hi && big;
         if slower || faster {
             moves.push(Move { row: label(&key(r)), slower, baseline: (bx, blo, bhi), now: (x, lo, hi) });
         }
@@ -159,7 +166,7 @@ pub fn compare(now: &[Row], base: &[Row]) -> (Vec<Move>, usize) {
 }
 
 /// Runs the whole check; returns (passed, report).
-pub fn check(dir: &Path, baseline: &Path, slower_only: bool) -> anyhow::Result<(bool, String)> {
+pub fn check(dir: &Path, baseline: &Path, slower_only: bool, tolerance: f64) -> anyhow::Result<(bool, String)> {
     let files = csv_files(dir)?;
     if files.is_empty() {
         bail!("no bench-t<N>.csv in {} (run `harness bench` first)", dir.display());
@@ -186,7 +193,7 @@ pub fn check(dir: &Path, baseline: &Path, slower_only: bool) -> anyhow::Result<(
         ok &= errs.is_empty();
         base_rows.extend(rows);
     }
-    let (moves, compared) = compare(&now_rows, &base_rows);
+    let (moves, compared) = compare(&now_rows, &base_rows, tolerance);
     if compared == 0 {
         let _ = writeln!(out, "FAIL no row in common with the baseline (different scenarios or thread counts?)");
         ok = false;
@@ -219,17 +226,21 @@ pub fn check(dir: &Path, baseline: &Path, slower_only: bool) -> anyhow::Result<(
     }
     let _ = writeln!(
         out,
-        "bench check: {} rows validated, {compared} ratios compared with {}, {} moved beyond both intervals: {}",
+        "bench check: {} rows validated, {compared} ratios compared with {}, {} moved beyond both intervals and by more than {:.0}%: {}",
         now_rows.len(),
         baseline.display(),
         moves.len(),
+        tolerance * 100.0,
         if ok { "PASS" } else { "FAIL" }
     );
     Ok((ok, out))
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let (ok, report) = check(&args.dir, &args.baseline, args.slower_only)?;
+    if !(args.tolerance >= 0.0 && args.tolerance.is_finite()) {
+        bail!("--tolerance must be a non-negative fraction, got {}", args.tolerance);
+    }
+    let (ok, report) = check(&args.dir, &args.baseline, args.slower_only, args.tolerance)?;
     print!("{report}");
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

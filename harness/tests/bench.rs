@@ -1,0 +1,106 @@
+//! The latency gate: `bench check` passes on the committed sweep against the committed
+//! baseline and fails on a doctored CSV; a tiny sweep writes every output and checks its
+//! programs against the reference.
+
+use harness::bench::check::{self, REQUIRED_COLUMNS};
+use harness::bench::report::{self, read_csv, write_csv};
+use harness::bench::{self, MachineInfo, SweepArgs};
+use std::path::{Path, PathBuf};
+
+fn reports() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports")
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("harness-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn check_passes_on_the_committed_sweep_and_baseline() {
+    let (ok, out) = check::check(&reports(), &reports().join("baseline"), false, 0.25).unwrap();
+    assert!(ok, "{out}");
+    assert!(out.contains("PASS"), "{out}");
+}
+
+#[test]
+fn check_fails_on_a_doctored_csv_naming_the_row() {
+    let dir = temp("doctored");
+    let files = check::csv_files(&reports().join("baseline")).unwrap();
+    let (&t, src) = files.iter().next().expect("the baseline holds at least one CSV");
+    let mut rows = read_csv(src).unwrap();
+    let victim = rows
+        .iter_mut()
+        .find(|r| r.mode == "static_mean" && r.check == "ok" && r.ratio_vs_main.is_some())
+        .expect("a timed StaticMean row");
+    let base = victim.ratio_vs_main.unwrap();
+    let moved = victim.ci_high.unwrap() * 3.0;
+    victim.ratio_vs_main = Some(moved);
+    victim.ci_low = Some(moved * 0.99);
+    victim.ci_high = Some(moved * 1.01);
+    victim.within_noise = false;
+    let name = format!("{} {} {} static_mean/{} t{t}", victim.scenario, victim.shape, victim.dtype, victim.policy);
+    let refs: Vec<&harness::bench::Row> = rows.iter().collect();
+    write_csv(&report::csv_path(&dir, t), &refs).unwrap();
+
+    let (ok, out) = check::check(&dir, &reports().join("baseline"), false, 0.25).unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("MOVED {name}: ratio {base:.3}")), "{out}");
+    assert!(out.contains("slower"), "{out}");
+
+    // A CSV that lost a required column is invalid.
+    let text = std::fs::read_to_string(report::csv_path(&dir, t)).unwrap();
+    let bad = text.replacen("ratio_vs_main", "ratio", 1);
+    std::fs::write(report::csv_path(&dir, t), bad).unwrap();
+    let (ok, out) = check::check(&dir, &reports().join("baseline"), false, 0.25).unwrap();
+    assert!(!ok && out.contains("missing column ratio_vs_main"), "{out}");
+    assert!(REQUIRED_COLUMNS.contains(&"oversubscribed"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_tiny_sweep_checks_outputs_and_writes_every_report() {
+    let args = SweepArgs {
+        threads: vec![1, 2],
+        only: vec!["rmsnorm_1x8x64_fp32".into()],
+        budget: Some(0.5),
+        max_runs: 30,
+        min_runs: 10,
+        min_rounds: 3,
+        no_progress: true,
+        ..SweepArgs::default()
+    };
+    let info = MachineInfo::collect();
+    let rows = bench::sweep(&args, &info).unwrap();
+    assert_eq!(rows.len(), 8, "4 programs x 2 thread counts");
+    for r in &rows {
+        assert_eq!(r.check, "ok", "{r:?}");
+        assert!(r.runs >= 3, "{r:?}");
+        assert_eq!(r.oversubscribed, r.threads > info.cores);
+    }
+    let main = rows.iter().find(|r| r.mode == "main" && r.threads == 1).unwrap();
+    assert_eq!(main.ratio_vs_main, Some(1.0));
+    let dir = temp("tiny");
+    let written = report::write_all(&dir, &rows, &info, std::time::Duration::from_secs(1), true).unwrap();
+    for f in ["bench-t1.csv", "bench-t2.csv", "bench-t1.svg", "bench-t2.svg", "bench-summary.md"] {
+        assert!(written.contains(&dir.join(f)), "{f} not written: {written:?}");
+    }
+    let svg = std::fs::read_to_string(dir.join("bench-t1.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("rmsnorm 1x8x64 fp32"), "{}", &svg[..svg.len().min(300)]);
+    let md = std::fs::read_to_string(dir.join("bench-summary.md")).unwrap();
+    assert!(md.contains("## 1 thread(s)") && md.contains("## Which of the change's findings"), "{md}");
+    let (ok, out) = check::check(&dir, &dir, false, 0.0).unwrap();
+    assert!(ok, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wrong_program_fails_its_check_and_gets_no_timing() {
+    let want = vec![reference::Tensor::f32(&[2], vec![1.0, 2.0])];
+    let got = vec![reference::Tensor::f32(&[2], vec![1.0, 2.5])];
+    let e = bench::compare_outputs(&got, &want, reference::ElemType::F32).unwrap_err();
+    assert!(e.contains("1 values off"), "{e}");
+    assert!(bench::compare_outputs(&want, &want, reference::ElemType::F32).is_ok());
+}
