@@ -639,7 +639,7 @@ fn pattern_i_b() -> Graph {
     let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
     let xq = g.quantize(x, f32::from_bits(sx), zx);
     let xd = g.dequantize(xq, f32::from_bits(sx), zx);
-    let wq: Vec<i8> = (0..8 * 27).map(|i| ((i * 37) % 255) as i32 - 127).map(|v| v as i8).collect();
+    let wq: Vec<i8> = (0..8 * 27).map(|i: i32| (i * 37) % 255 - 127).map(|v| v as i8).collect();
     let w = g.constant(Tensor::qs8(&[8, 3, 3, 3], wq, qparam(sw, 0)));
     let wd = g.dequantize(w, f32::from_bits(sw), 0);
     let b = g.constant(Tensor::f32(&[8], values(8, 5)));
