@@ -277,7 +277,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         let program = match program {
             Ok(p) => p,
             Err(e) => {
-                let v = errors::lower_verdict(case, &runs, e);
+                let v = errors::lower_verdict(case, &runs, *mode, e);
                 report.push(OracleKind::Errors, scope, v);
                 for o in [OracleKind::Outputs, OracleKind::Bytes, OracleKind::Structure] {
                     report.push(o, scope, Verdict::Skip(format!("lowering failed: {e}")));

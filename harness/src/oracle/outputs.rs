@@ -32,7 +32,11 @@
 //!   step away (`1/n` is inexact). So `tol_i = step_i` (one quantization step of the output),
 //!   compared on the dequantized values, which are exact multiples of the step.
 //! - **NaN and infinities.** A NaN reference value needs a NaN; an infinite one needs the
-//!   same infinity; a finite one needs a finite value. Signed zeros compare equal.
+//!   same infinity; a finite one needs a finite value, unless a partial sum may overflow
+//!   (`(L + 2) M` at least the compute type's largest finite value: summing near-`f32::MAX`
+//!   values in f32 overflows where the exact mean does not; every f32 implementation,
+//!   XNNPACK's included, does that; an infinite result may then also come out NaN).
+//!   Signed zeros compare equal.
 //!
 //! How tight this is: a mean over `n` elements whose divisor is off by one moves the result
 //! by `|mean|/n`; a dropped element moves it by `|x_k|/n`. For non-negative data
@@ -102,6 +106,17 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
+    /// Whether f32 accumulation may legitimately overflow for an output of magnitude `m`:
+    /// a partial sum can reach `L * M`, beyond the largest finite value of the compute type.
+    pub fn may_overflow(&self, m: f64) -> bool {
+        let max = match self.compute {
+            ElemType::F16 => 65504.0,
+            ElemType::Bf16 => half::bf16::MAX.to_f64(),
+            _ => f32::MAX as f64,
+        };
+        self.step.is_none() && (self.acc_len.max(1) as f64 + 2.0) * m >= max
+    }
+
     /// The tolerance for reference value `r` with magnitude `m`, output dtype `out`.
     pub fn bound(&self, out: ElemType, r: f64, m: f64) -> f64 {
         if let Some(s) = self.step {
@@ -140,14 +155,31 @@ pub fn compare(
     }
     let (r, g) = (reference.values_f64(), got.values_f64());
     let out_dt = reference.dtype();
+    // Before the magnitudes are known, |reference| stands in (overflow needs more).
+    let any_nonfinite =
+        g.iter().zip(&r).any(|(g, r)| (!g.is_finite() && r.is_finite()) || (g.is_nan() && r.is_infinite()));
+    let m_cache: Option<Option<Vec<f64>>> = (any_nonfinite && tol.step.is_none()).then(|| magnitude());
+    let m_hint = |i: usize| -> f64 {
+        match &m_cache {
+            Some(Some(m)) => m[i],
+            _ => r[i].abs(),
+        }
+    };
     let finite_close = |i: usize| -> Option<bool> {
         // Some(pass) when decided without the magnitude.
         if r[i].is_nan() {
             Some(g[i].is_nan())
         } else if r[i].is_infinite() {
-            Some(g[i] == r[i])
+            // An overflowed partial sum of the other sign turns an infinite result into NaN.
+            Some(g[i] == r[i] || (g[i].is_nan() && tol.may_overflow(m_hint(i))))
         } else if !g[i].is_finite() {
-            Some(false)
+            // f32 partial sums may overflow where the exact result does not: allowed only
+            // when the sum of magnitudes can reach the largest finite value.
+            if tol.may_overflow(m_hint(i)) {
+                Some(true)
+            } else {
+                Some(false)
+            }
         } else if (g[i] - r[i]).abs() <= ulp(out_dt, r[i]) && tol.step.is_none() {
             Some(true)
         } else {
@@ -157,7 +189,11 @@ pub fn compare(
     if (0..r.len()).all(|i| finite_close(i) == Some(true)) {
         return None;
     }
-    let m = if tol.step.is_some() { None } else { magnitude() };
+    let m = match &m_cache {
+        Some(m) => m.clone(),
+        None if tol.step.is_some() => None,
+        None => magnitude(),
+    };
     let mut lines = vec![];
     let mut bad = 0usize;
     for i in 0..r.len() {
