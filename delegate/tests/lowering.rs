@@ -744,7 +744,7 @@ mod fuzz {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: std::env::var("LOWER_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128), ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: std::env::var("LOWER_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128), failure_persistence: None, ..ProptestConfig::default() })]
         #[test]
         fn lowering_never_panics(
             shape in prop_oneof![proptest::collection::vec(1usize..6, 4..=4), proptest::collection::vec(1usize..5, 1..7)],
