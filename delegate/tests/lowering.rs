@@ -633,21 +633,67 @@ fn qparam(bits: u32, zp: i32) -> QuantParams {
 }
 
 fn pattern_i_b() -> Graph {
+    let wq: Vec<i8> = (0..8 * 27).map(|i: i32| (i * 37) % 255 - 127).map(|v| v as i8).collect();
+    pattern_i_b_with(wq, values(8, 5))
+}
+
+/// i_b with the given OIHW int8 filter and fp32 bias.
+fn pattern_i_b_with(wq: Vec<i8>, bias: Vec<f32>) -> Graph {
     let (sx, zx) = (0x3ccf23ae, -35);
     let (sw, sc, zc) = (0x3ac6212e, 0x3c9183c1, -17);
     let g = GraphBuilder::new();
     let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
     let xq = g.quantize(x, f32::from_bits(sx), zx);
     let xd = g.dequantize(xq, f32::from_bits(sx), zx);
-    let wq: Vec<i8> = (0..8 * 27).map(|i: i32| (i * 37) % 255 - 127).map(|v| v as i8).collect();
     let w = g.constant(Tensor::qs8(&[8, 3, 3, 3], wq, qparam(sw, 0)));
     let wd = g.dequantize(w, f32::from_bits(sw), 0);
-    let b = g.constant(Tensor::f32(&[8], values(8, 5)));
+    let b = g.constant(Tensor::f32(&[8], bias));
     let y = g.conv2d(xd, wd, Some(b), Conv2dParams::default());
     let yd = g.dequantize(g.quantize(y, f32::from_bits(sc), zc), f32::from_bits(sc), zc);
     let m = g.mean(yd, &[2, 3], true);
     let md = g.dequantize(g.quantize(m, f32::from_bits(sc), zc), f32::from_bits(sc), zc);
     g.finish(&[md]).unwrap()
+}
+
+#[test]
+fn fixture_i_b_is_byte_identical_up_to_debug_handles() {
+    // ExecuTorch's int8 filter (OHWI) and int32 bias from the .pte; the fp32 bias that
+    // quantizes back to that int32 is q * s_in * s_w.
+    let m = manifest();
+    let key = |k: usize| {
+        m["patterns"]["i_b"]["payloads"][0]["graph"]["constant_data"][k]["named_key"].as_str().unwrap().to_string()
+    };
+    let ohwi = pte_named("i_b", &key(1));
+    let mut oihw = vec![0i8; ohwi.len()];
+    for o in 0..8 {
+        for i in 0..3 {
+            for hw in 0..9 {
+                oihw[(o * 3 + i) * 9 + hw] = ohwi[(o * 9 + hw) * 3 + i] as i8;
+            }
+        }
+    }
+    let scale = (f32::from_bits(0x3ccf23ae) as f64 * f32::from_bits(0x3ac6212e) as f64) as f32;
+    let qb = pte_named("i_b", &key(2));
+    let bias: Vec<f32> =
+        qb.chunks_exact(4).map(|c| (i32::from_le_bytes(c.try_into().unwrap()) as f64 * scale as f64) as f32).collect();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    let want = std::fs::read(format!("{dir}i_b.d0.xnn")).unwrap();
+    let handles: Vec<u32> = m["patterns"]["i_b"]["payloads"][0]["graph"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["debug_handle"].as_u64().unwrap() as u32)
+        .collect();
+    for mode in MODES {
+        let p = low(&pattern_i_b_with(oihw.clone(), bias.clone()), mode);
+        let mut xg = as_named(xgraphs(&p)[0]);
+        assert_eq!(xg.nodes.len(), handles.len());
+        for (n, h) in xg.nodes.iter_mut().zip(&handles) {
+            n.debug_handle = *h;
+        }
+        let got = delegate::serialize::write(&xg);
+        assert!(got == want, "i_b {mode}: {} bytes vs ExecuTorch's {}", got.len(), want.len());
+    }
 }
 
 #[test]
