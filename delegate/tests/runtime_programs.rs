@@ -454,3 +454,23 @@ fn damaged_segments_never_panic() {
         }
     }
 }
+
+#[test]
+fn programs_can_be_shared_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Program>();
+    let (_, graph, _) = patterns().into_iter().find(|p| p.0 == "rmsnorm_1x16x256").unwrap();
+    let lowered = lower_with(&graph, &LowerOptions::new(LoweringMode::StaticMean)).unwrap();
+    let p = Program::new(&lowered, &RunOptions::threads(2)).unwrap();
+    let x = input_for(&graph, 0, None, 5);
+    let want = reference::eval::run(&graph, std::slice::from_ref(&x)).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                for _ in 0..5 {
+                    compare(&p.run(std::slice::from_ref(&x)).unwrap()[0], &want[0], "concurrent runs");
+                }
+            });
+        }
+    });
+}
