@@ -168,6 +168,9 @@ fn fmt_ci(c: Option<(f64, f64, f64)>) -> String {
     c.map(|(x, lo, hi)| format!("{x:.2}x [{lo:.2}, {hi:.2}]")).unwrap_or_else(|| "not measured".into())
 }
 
+/// A scenario where after is slower: key, variants, ratio with interval, cause.
+type Slower<'a> = (&'a (String, String, String), &'a Group<'a>, (f64, f64, f64), &'static str);
+
 /// Causes of "after slower than before", in the order they are attributed.
 const CAUSES: [(&str, &str); 4] = [
     ("copies", "because the static mean needs NCHW and the lowering adds layout copies (B22)"),
@@ -242,7 +245,7 @@ pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) ->
     );
     for &t in &threads {
         let gs = groups(rows, t);
-        let mut slower: Vec<(&(String, String, String), &Group, (f64, f64, f64), &'static str)> = Vec::new();
+        let mut slower: Vec<Slower> = Vec::new();
         let mut faster = Vec::new();
         let mut cost_faster = 0;
         let mut cost_slower = 0;
