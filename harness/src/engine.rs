@@ -88,6 +88,11 @@ pub fn reference(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Engine
     reference::eval::run(graph, inputs).map_err(|e| EngineError::new(Stage::Reference, Some(e.kind().class()), e))
 }
 
+/// The reference's value of every node (for the magnitude twin's peak).
+pub fn reference_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
+    reference::eval::run_all(graph, inputs).map_err(|e| EngineError::new(Stage::Reference, Some(e.kind().class()), e))
+}
+
 /// Lowers a graph in one mode (bf16 lowering enabled, as a user exporting bf16 would).
 pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, EngineError> {
     let opts = LowerOptions { enable_bf16: true, ..LowerOptions::new(mode) };

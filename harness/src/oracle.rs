@@ -178,16 +178,33 @@ pub struct RefRun {
     pub outputs: Result<Vec<Tensor>, EngineError>,
     magnitude_graph: Option<reference::Graph>,
     magnitude_inputs: Vec<Tensor>,
-    magnitude: std::cell::OnceCell<Option<Vec<Tensor>>>,
+    magnitude: std::cell::OnceCell<Option<(Vec<Tensor>, f64)>>,
 }
 
 impl RefRun {
     /// The magnitude twin's outputs (None for qs8 and invalid cases, or if it failed).
     pub fn magnitude(&self) -> Option<&Vec<Tensor>> {
+        self.magnitudes().map(|(m, _)| m)
+    }
+
+    /// The largest finite magnitude of any value in the graph (every node, not only the
+    /// outputs): where it nears the largest finite value, a partial sum may overflow.
+    pub fn peak_magnitude(&self) -> f64 {
+        self.magnitudes().map_or(0.0, |(_, p)| *p)
+    }
+
+    fn magnitudes(&self) -> Option<&(Vec<Tensor>, f64)> {
         self.magnitude
             .get_or_init(|| {
                 let g = self.magnitude_graph.as_ref()?;
-                engine::reference(g, &self.magnitude_inputs).ok()
+                let all = engine::reference_all(g, &self.magnitude_inputs).ok()?;
+                let peak = all
+                    .iter()
+                    .flat_map(|t| t.values_f64())
+                    .filter(|v| v.is_finite())
+                    .fold(0.0f64, |a, v| a.max(v.abs()));
+                let outs = g.outputs.iter().map(|&o| all[o].clone()).collect();
+                Some((outs, peak))
             })
             .as_ref()
     }

@@ -32,10 +32,11 @@
 //!   step away (`1/n` is inexact). So `tol_i = step_i` (one quantization step of the output),
 //!   compared on the dequantized values, which are exact multiples of the step.
 //! - **NaN and infinities.** A NaN reference value needs a NaN; an infinite one needs the
-//!   same infinity; a finite one needs a finite value, unless a partial sum may overflow
-//!   (`(L + 2) M` at least the compute type's largest finite value: summing near-`f32::MAX`
-//!   values in f32 overflows where the exact mean does not; every f32 implementation,
-//!   XNNPACK's included, does that; an infinite result may then also come out NaN).
+//!   same infinity; a finite one needs a finite value, unless a partial sum may overflow:
+//!   `(L + 2) P` at least the compute type's largest finite value, where `P` is the largest
+//!   finite magnitude of any value in the graph (summing near-`f32::MAX` values in f32
+//!   overflows where the exact sum does not; every f32 implementation, XNNPACK's included,
+//!   does that, and the infinity then propagates as either sign or NaN).
 //!   Signed zeros compare equal.
 //!
 //! How tight this is: a mean over `n` elements whose divisor is off by one moves the result
@@ -139,6 +140,7 @@ pub fn compare(
     reference: &Tensor,
     got: &Tensor,
     magnitude: &mut dyn FnMut() -> Option<Vec<f64>>,
+    peak: &mut dyn FnMut() -> f64,
     tol: &Tolerance,
 ) -> Option<String> {
     if got.shape != reference.shape {
@@ -159,10 +161,11 @@ pub fn compare(
     let any_nonfinite =
         g.iter().zip(&r).any(|(g, r)| (!g.is_finite() && r.is_finite()) || (g.is_nan() && r.is_infinite()));
     let m_cache: Option<Option<Vec<f64>>> = (any_nonfinite && tol.step.is_none()).then(|| magnitude());
+    let peak_m = if any_nonfinite { peak() } else { 0.0 };
     let m_hint = |i: usize| -> f64 {
         match &m_cache {
-            Some(Some(m)) => m[i],
-            _ => r[i].abs(),
+            Some(Some(m)) => m[i].max(peak_m),
+            _ => r[i].abs().max(peak_m),
         }
     };
     let finite_close = |i: usize| -> Option<bool> {
@@ -170,8 +173,9 @@ pub fn compare(
         if r[i].is_nan() {
             Some(g[i].is_nan())
         } else if r[i].is_infinite() {
-            // An overflowed partial sum of the other sign turns an infinite result into NaN.
-            Some(g[i] == r[i] || (g[i].is_nan() && tol.may_overflow(m_hint(i))))
+            // Once some partial sum may overflow, an infinite result may come out as the
+            // other infinity or NaN (inf - inf) downstream.
+            Some(g[i] == r[i] || (!g[i].is_finite() && tol.may_overflow(m_hint(i))))
         } else if !g[i].is_finite() {
             // f32 partial sums may overflow where the exact result does not: allowed only
             // when the sum of magnitudes can reach the largest finite value.
@@ -233,7 +237,7 @@ pub fn compare(
 
 /// [`compare`] with a magnitude tensor at hand (or none: `|reference|` is used).
 pub fn compare_with(reference: &Tensor, got: &Tensor, magnitude: Option<&Tensor>, tol: &Tolerance) -> Option<String> {
-    compare(reference, got, &mut || magnitude.map(|t| t.values_f64()), tol)
+    compare(reference, got, &mut || magnitude.map(|t| t.values_f64()), &mut || 0.0, tol)
 }
 
 /// `i` as a multi-index of `shape` (row-major), e.g. `0,2,1`.
@@ -306,7 +310,8 @@ pub fn execute(
                         }
                         for (o, (w, g)) in want.iter().zip(&got).enumerate() {
                             let mut mag = || run.magnitude().and_then(|m| m.get(o)).map(|t| t.values_f64());
-                            if let Some(d) = compare(w, g, &mut mag, &tolerance(case, built, o)) {
+                            let mut peak = || run.peak_magnitude();
+                            if let Some(d) = compare(w, g, &mut mag, &mut peak, &tolerance(case, built, o)) {
                                 failing_configs.push(format!("{config}{run_name} output {o}"));
                                 first_detail.get_or_insert_with(|| format!("[{config}{run_name} output {o}] {d}"));
                                 break;
