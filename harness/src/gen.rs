@@ -139,23 +139,23 @@ impl Knobs {
                 }
                 dtype = ElemType::Qs8;
             }
-            Some(InvalidKind::ConvChannelMismatch) => {
+            Some(InvalidKind::ConvChannelMismatch)
                 if !matches!(
                     pattern,
                     Pattern::ConvMean | Pattern::ConvMeanConv | Pattern::ConvSubMean | Pattern::SharedInput
-                ) {
-                    pattern = Pattern::ConvMean;
-                }
+                ) =>
+            {
+                pattern = Pattern::ConvMean;
             }
-            Some(InvalidKind::NotBroadcastable) => {
-                if !matches!(pattern, Pattern::AddMean | Pattern::Gap | Pattern::RmsNorm | Pattern::ConvSubMean) {
-                    pattern = Pattern::AddMean;
-                }
+            Some(InvalidKind::NotBroadcastable)
+                if !matches!(pattern, Pattern::AddMean | Pattern::Gap | Pattern::RmsNorm | Pattern::ConvSubMean) =>
+            {
+                pattern = Pattern::AddMean;
             }
-            Some(InvalidKind::DynamicAboveBound) => {
-                if !matches!(pattern, Pattern::Mean | Pattern::AddMean | Pattern::RmsNorm) {
-                    pattern = Pattern::Mean;
-                }
+            Some(InvalidKind::DynamicAboveBound)
+                if !matches!(pattern, Pattern::Mean | Pattern::AddMean | Pattern::RmsNorm) =>
+            {
+                pattern = Pattern::Mean;
             }
             _ => {}
         }
@@ -169,7 +169,7 @@ impl Knobs {
         rank = match pattern {
             p if p.needs_rank4() => 4,
             Pattern::QkNorm | Pattern::PreNormMlp => 3,
-            Pattern::RmsNorm => rank.min(4).max(1),
+            Pattern::RmsNorm => rank.clamp(1, 4),
             _ => rank,
         };
         let mut shape: Vec<usize> = self.sizes[..rank].iter().map(|&s| size_of(s)).collect();

@@ -296,8 +296,13 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             Err(e) => {
                 let v = errors::lower_verdict(case, &runs, *mode, e);
                 report.push(OracleKind::Errors, scope, v);
+                let why = if errors::graph_invalid(case) {
+                    "invalid graph, rejected at lowering as it must be".to_string()
+                } else {
+                    format!("lowering failed: {e}")
+                };
                 for o in [OracleKind::Outputs, OracleKind::Bytes, OracleKind::Structure] {
-                    report.push(o, scope, Verdict::Skip(format!("lowering failed: {e}")));
+                    report.push(o, scope, Verdict::Skip(why.clone()));
                 }
                 continue;
             }

@@ -52,7 +52,7 @@ fn check(dt: ElemType, sizes: &[usize], positive: bool) {
             (0..rows * n).map(|_| if positive { rng.range(0.5, 2.0) } else { rng.range(-1.0, 1.0) }).collect();
         let input = Tensor::from_f64(&[rows, n], dt, None, &x);
         let xs: Vec<f32> = input.values_f64().iter().map(|&v| v as f32).collect();
-        let want = &reference::eval::run(&built.graph, &[input.clone()]).unwrap()[0];
+        let want = &reference::eval::run(&built.graph, std::slice::from_ref(&input)).unwrap()[0];
         let mag_in = magnitude_inputs(&case, &[input]);
         let mag = &reference::eval::run(built.magnitude.as_ref().unwrap(), &mag_in).unwrap()[0];
         let tol = tolerance(&case, &built, 0);
