@@ -430,7 +430,12 @@ fn check_types(
     let float = |d: Dt| matches!(d, Dt::F32 | Dt::F16 | Dt::Bf16);
     let o = dt(out);
     let ok = match k {
-        Kernel::Binary(_) => ins.len() == 2 && float(o) && dt(ins[0]) == o && dt(ins[1]) == o,
+        Kernel::Binary(op) => {
+            ins.len() == 2
+                && (float(o) || (o == Dt::I8 && *op != BinOp::Div))
+                && dt(ins[0]) == o
+                && dt(ins[1]) == o
+        }
         Kernel::Unary(_) => ins.len() == 1 && float(o) && dt(ins[0]) == o,
         Kernel::Convert => {
             ins.len() == 1
@@ -443,6 +448,13 @@ fn check_types(
             ins.len() == 1 && (float(o) && float(dt(ins[0])) || (o == Dt::I8 && dt(ins[0]) == Dt::I8))
         }
         Kernel::Transpose { .. } | Kernel::Reshape { .. } => ins.len() == 1 && dt(ins[0]) == o,
+        // qs8 conv: int8 input and filter, optional int32 bias (scale x_scale * w_scale).
+        Kernel::Conv(_) if o == Dt::I8 => {
+            (2..=3).contains(&ins.len())
+                && dt(ins[0]) == Dt::I8
+                && dt(ins[1]) == Dt::I8
+                && ins.get(2).is_none_or(|&b| dt(b) == Dt::I32)
+        }
         Kernel::Conv(_) | Kernel::FullyConnected { .. } => {
             (2..=3).contains(&ins.len()) && float(o) && ins.iter().all(|&i| float(dt(i))) && dt(ins[0]) == o
         }
@@ -698,6 +710,41 @@ impl SegmentPlan {
             ViewMut::I32(o) => ViewMut::I32(o),
         };
         match &n.kernel {
+            Kernel::Binary(op) if matches!(out_re, ViewMut::I8(_)) => {
+                let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
+                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
+                let (qa, qb, qo) = (q(n.inputs[0])?, q(n.inputs[1])?, q(n.output)?);
+                match (x, b, out_re) {
+                    (View::I8(a), View::I8(b), ViewMut::I8(o)) => kernels::qs8::binary(
+                        ctx,
+                        *op,
+                        (a, qa),
+                        in_shapes[0],
+                        (b, qb),
+                        in_shapes[1],
+                        (o, qo),
+                        oshape,
+                        n.act,
+                        scratch,
+                    ),
+                    _ => Err("qs8 binary op on non-int8 operands".into()),
+                }
+            }
+            Kernel::Conv(g) if matches!(out_re, ViewMut::I8(_)) => {
+                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
+                let (qx, qw, qo) = (q(n.inputs[0])?, q(n.inputs[1])?, q(n.output)?);
+                let bias = match ins.get(2) {
+                    None => None,
+                    Some(View::I32(b)) => Some(*b),
+                    Some(_) => return Err("qs8 convolution bias must be int32".into()),
+                };
+                match (x, ins[1], out_re) {
+                    (View::I8(xv), View::I8(w), ViewMut::I8(o)) => {
+                        kernels::qs8::conv2d(ctx, g, (xv, qx), in_shapes[0], (w, qw), bias, (o, qo), oshape, n.act)
+                    }
+                    _ => Err("qs8 convolution on non-int8 operands".into()),
+                }
+            }
             Kernel::Binary(op) => {
                 let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
                 kernels::elementwise::binary(ctx, *op, x, in_shapes[0], b, in_shapes[1], out_re, oshape, n.act, scratch)

@@ -59,6 +59,17 @@ fn storage_type(dt: ElemType) -> super::plan::Dt {
     }
 }
 
+/// Order in which a slot's dims are handed to a segment: NHWC only where the lowering treats
+/// the slot as NHWC (`slot_is_nhwc`). An "ambiguous" channels_last slot (C == 1 or H == W == 1,
+/// also contiguous) is handed off with NCHW dims, as ExecuTorch does; both orders share bytes.
+fn handoff_order(spec: &TensorSpec, rank: usize) -> Vec<usize> {
+    if crate::lower::slot_is_nhwc(spec) {
+        dim_order(spec.format, rank)
+    } else {
+        (0..rank).collect()
+    }
+}
+
 /// Physical order of a tensor's logical dims in `format` (identity where it does not apply).
 fn dim_order(format: MemoryFormat, rank: usize) -> Vec<usize> {
     if format.required_rank() == Some(rank) {
@@ -227,10 +238,17 @@ impl Program {
             match st {
                 ExecStep::Delegate { plan, inputs, outputs } => {
                     let mut bound = Vec::with_capacity(inputs.len());
-                    for &s in inputs {
+                    for (&s, &vi) in inputs.iter().zip(&plan.input_values) {
                         let t: &Tensor = slots[s].as_deref().ok_or_else(|| missing(s))?;
-                        let ord = dim_order(t.format, t.rank());
-                        bound.push(BoundInput { view: view_of(t), dims: ord.iter().map(|&d| t.shape[d]).collect() });
+                        let ord = handoff_order(&self.slots[s], t.rank());
+                        let mut dims: Vec<usize> = ord.iter().map(|&d| t.shape[d]).collect();
+                        // ExecuTorch serializes a 0-D value as [1] (and `new` accepted only
+                        // rank changes between static values of equal size): bind the value's dims.
+                        let v = &plan.values[vi];
+                        if dims.len() != v.dims.len() && t.numel() == v.max_numel && !self.slots[s].is_dynamic() {
+                            dims = v.dims.clone();
+                        }
+                        bound.push(BoundInput { view: view_of(t), dims });
                     }
                     let outs = plan.run(&ctx, &mut segments[seg_i], scratch, &bound, i)?;
                     seg_i += 1;
@@ -288,7 +306,7 @@ impl Program {
     ) -> Result<Tensor, RuntimeError> {
         let spec = &self.slots[s];
         let err = |what: String| RuntimeError::Shape { step, what };
-        let ord = dim_order(spec.format, dims.len());
+        let ord = handoff_order(spec, dims.len());
         let as_physical = || {
             let mut logical = vec![0; dims.len()];
             for (pos, &d) in ord.iter().enumerate() {
@@ -299,10 +317,12 @@ impl Program {
         let shape: Vec<usize> = if dims.len() == spec.rank() && spec.check_shape(&as_physical()).is_ok() {
             as_physical()
         } else if dims.len() == spec.rank() && spec.check_shape(dims).is_ok() {
-            let identity = ord.iter().enumerate().all(|(i, &d)| i == d);
+            // Logical row-major data: lay it out in the slot's format.
+            let fmt_ord = dim_order(spec.format, dims.len());
+            let identity = fmt_ord.iter().enumerate().all(|(i, &d)| i == d);
             if !identity {
                 let mut moved = Owned::zeros(super::plan::dt_of_owned(&data), dims.iter().product());
-                super::kernels::transpose::transpose(ctx, data.view(), dims, &ord, moved.view_mut())
+                super::kernels::transpose::transpose(ctx, data.view(), dims, &fmt_ord, moved.view_mut())
                     .map_err(|e| err(format!("slot {s}: {e}")))?;
                 data = moved;
             }
