@@ -8,7 +8,9 @@
 //! the last requantization can differ); fp32 `2^-16` of the output's largest magnitude
 //! (short sums of values of magnitude <= 16); fp16 adds one output ulp.
 
+use delegate::program::Step;
 use delegate::runtime::{Program, RunOptions};
+use delegate::xnn::XnnDatatype;
 use delegate::{lower_with, LowerOptions, LoweringMode};
 use reference::data::{generate, DataOptions};
 use reference::graph::{Conv2dParams, Graph, GraphBuilder, TensorSpec};
@@ -56,11 +58,29 @@ fn inputs(graph: &Graph, snap: bool) -> Vec<Tensor> {
         .collect()
 }
 
-fn check(name: &str, graph: &Graph, snap: bool, qstep: Option<f64>) {
+/// Whether some delegate segment holds a `kind` node whose output is qint8.
+fn has_qs8_node(lowered: &delegate::LoweredProgram, kind: &str) -> bool {
+    lowered.steps.iter().any(|st| match st {
+        Step::Delegate(seg) => seg.graph.nodes.iter().any(|n| {
+            n.kind.type_name() == kind
+                && n.kind
+                    .output()
+                    .and_then(|o| seg.graph.values.iter().find(|v| v.id_out == o))
+                    .is_some_and(|v| v.datatype == XnnDatatype::Qint8)
+        }),
+        Step::Portable(_) => false,
+    })
+}
+
+/// Runs `graph` in every mode; `qs8_node` names a node that must be delegated as qs8.
+fn check(name: &str, graph: &Graph, snap: bool, qstep: Option<f64>, qs8_node: Option<&str>) {
     let ins = inputs(graph, snap);
     let want = reference::eval::run(graph, &ins).unwrap_or_else(|e| panic!("{name}: oracle: {e}"));
     for mode in LoweringMode::ALL {
         let lowered = lower_with(graph, &LowerOptions::new(mode)).unwrap_or_else(|e| panic!("{name} {mode}: {e}"));
+        if let Some(kind) = qs8_node {
+            assert!(has_qs8_node(&lowered, kind), "{name} {mode}: no qs8 {kind} delegated");
+        }
         for threads in [1, 2] {
             let what = format!("{name} {mode} threads {threads}");
             let p = Program::new(&lowered, &RunOptions::threads(threads)).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -98,7 +118,8 @@ fn qs8_add_sub_mul_run_and_match() {
             };
             vec![qdq(g, y, Q_OUT)]
         });
-        check(&format!("qs8 {name}"), &graph, true, Some(Q_OUT.scale as f64));
+        let kind = ["XNNAdd", "XNNSubtract", "XNNMultiply"][op];
+        check(&format!("qs8 {name}"), &graph, true, Some(Q_OUT.scale as f64), Some(kind));
     }
 }
 
@@ -112,7 +133,8 @@ fn qs8_conv_regular_and_depthwise_run_and_match() {
             let p = Conv2dParams { padding: [1, 1], groups, ..Default::default() };
             vec![qdq(g, g.conv2d(x, w, None, p), Q_OUT)]
         });
-        check(&format!("qs8 conv {name}"), &graph, true, Some(Q_OUT.scale as f64));
+        let kind = if groups == 1 { "XNNConv2d" } else { "XNNDepthwiseConv2d" };
+        check(&format!("qs8 conv {name}"), &graph, true, Some(Q_OUT.scale as f64), Some(kind));
     }
 }
 
@@ -124,7 +146,7 @@ fn ambiguous_channels_last_slots_hand_off_nchw_dims() {
             let x = g.input("x", TensorSpec::f32(&shape).channels_last());
             vec![g.sub(x, g.mean(x, &[1], true))]
         });
-        check(&format!("channels_last {shape:?}"), &graph, false, None);
+        check(&format!("channels_last {shape:?}"), &graph, false, None, None);
     }
 }
 
@@ -135,7 +157,7 @@ fn zero_d_slot_binds_to_a_one_element_value() {
         let x = g.input("x", TensorSpec::f32(&[2, 3]));
         vec![g.mul(g.add(x, s), s)]
     });
-    check("0-D input", &graph, false, None);
+    check("0-D input", &graph, false, None, None);
 }
 
 #[test]
@@ -146,5 +168,9 @@ fn fp16_conv_with_fp32_stored_weights_runs() {
         let b = g.constant(generate(&TensorSpec::f16(&[4]), 4, &DataOptions::default()));
         vec![g.conv2d(x, w, Some(b), Conv2dParams { padding: [1, 1], ..Default::default() })]
     });
-    check("fp16 conv", &graph, false, None);
+    for mode in LoweringMode::ALL {
+        let l = lower_with(&graph, &LowerOptions::new(mode)).unwrap();
+        assert!(l.summary.node_counts.contains_key("XNNConv2d"), "{mode}: the fp16 conv is not delegated");
+    }
+    check("fp16 conv", &graph, false, None, None);
 }
