@@ -518,7 +518,7 @@ pub fn to_markdown(kills: &[Kill], b: &HuntBudget, command: &str, total: Duratio
         median(fuzz_times.clone()).map_or("n/a".into(), |m| format!("{m:.0} ms")),
         fuzz_times.iter().copied().reduce(f64::max).map_or("n/a".into(), |m| format!("{m:.0} ms")),
     );
-    let _ = writeln!(s, "A kill counts only when the failing case passes with no bug active (and the minimized case too); the gate runs only when it matches the golden table with no bug active. Times include the case that kills; the fuzz loop's time also includes its one re-check of that case.\n");
+    let _ = writeln!(s, "A kill counts only when the failing case passes with no bug active (and the minimized case too). The gate compares with the committed golden table when the clean lowering matches it, else with the clean lowering computed at start. Times run from the start of the hunt to the verdict on the killing case, its clean re-check included; gate cases are lowerings (program x mode), walked in catalog order.\n");
     let _ = writeln!(s, "Gate reference: {gate_source}.\n");
     let _ = writeln!(s, "| bug | killed | oracle | cases | ms | fuzz loop | gate |");
     let _ = writeln!(s, "|---|---|---|---:|---:|---|---|");
@@ -577,6 +577,16 @@ pub fn to_markdown(kills: &[Kill], b: &HuntBudget, command: &str, total: Duratio
         }
     }
     s
+}
+
+/// Hand-written analysis lives after a `## Notes` heading of the summary; a rerun keeps it.
+#[cfg_attr(not(feature = "mutants"), allow(dead_code))]
+fn keep_notes(path: &Path, generated: &str) -> String {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    match old.find("\n## Notes\n") {
+        Some(i) => format!("{}{}", generated.trim_end(), &old[i..]),
+        None => generated.to_string(),
+    }
 }
 
 /// The checkout's `reports/` folder.
@@ -649,7 +659,7 @@ pub fn run(args: MutantsArgs) -> anyhow::Result<ExitCode> {
             let dir = args.out.clone().unwrap_or_else(default_reports_dir);
             std::fs::create_dir_all(&dir)?;
             std::fs::write(dir.join("mutants.csv"), to_csv(&kills)?)?;
-            std::fs::write(dir.join("mutants.md"), &md)?;
+            std::fs::write(dir.join("mutants.md"), keep_notes(&dir.join("mutants.md"), &md))?;
             eprintln!("wrote {} and {}", dir.join("mutants.csv").display(), dir.join("mutants.md").display());
         }
         let survived: Vec<&str> = kills.iter().filter(|k| !k.killed()).map(|k| k.mutant.as_str()).collect();
