@@ -322,6 +322,25 @@ impl PGraph {
         self.nodes[i].tag == Some(true)
     }
 
+    /// Whether `i` is an NHWC layout copy (possibly wrapped in inserted q/dq) of an NCHW
+    /// value: a mean rewired onto it by the dq `replace_all_uses_with` gains nothing from
+    /// reading NHWC (the NCHW source exists) and would need a copy back for its output.
+    pub fn is_copy_of_nchw(&self, mut i: usize, g: &Graph) -> bool {
+        for _ in 0..self.nodes.len() {
+            match self.nodes[i].kind {
+                Kind::Copy { nhwc } => return nhwc,
+                Kind::Quant(_) | Kind::Dequant(_) => {}
+                _ if self.is_quant(i, g) || self.is_dequant(i, g) => {}
+                _ => return false,
+            }
+            match self.nodes[i].inputs.first() {
+                Some(&x) => i = x,
+                None => return false,
+            }
+        }
+        false
+    }
+
     /// The layout the value of `i` really has once serialized: its forwarding root's tag.
     pub fn actual_nhwc(&self, i: usize, g: &Graph) -> bool {
         let r = self.resolve(i, g);
@@ -404,6 +423,7 @@ fn class(pg: &PGraph, i: usize, g: &Graph) -> Result<Class, LowerError> {
                 if pg.mode == LoweringMode::NhwcAware
                     && xs.rank() == 4
                     && pg.is_nhwc(x, g)
+                    && !pg.is_copy_of_nchw(x, g)
                     && (*keepdim || kept_order_preserved(&axes))
                 {
                     Class::NhwcMean { keep: *keepdim }
