@@ -395,11 +395,10 @@ pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &Mac
     let mut rounds = 0usize;
     while progs.iter().any(Option::is_some) {
         let elapsed = start.elapsed();
-        // Past its time share a row stops once it has `min_runs` rounds; a slow program gets
-        // twice the share to reach them, then stops with what it has (at least `min_rounds`).
-        let done = rounds >= budget.max_runs
-            || (rounds >= budget.min_runs && elapsed >= budget.time)
-            || (rounds >= budget.min_rounds && elapsed >= budget.time * 2);
+        // A row stops at `max_runs` rounds, or once its time share is spent and it has
+        // `min_rounds`: a fast program gets its 200+ runs well within the share, a slow one
+        // gets the share (the "minimum time per row") and never starves the rows after it.
+        let done = rounds >= budget.max_runs || (rounds >= budget.min_rounds && elapsed >= budget.time);
         if done {
             break;
         }
@@ -504,8 +503,9 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
         let prep = prepare(p, args.seed)?;
         for &t in &threads {
             pb.set_message(format!("{} t{t}", p.name));
+            // An equal share of the budget, plus what earlier rows left unused.
             let left = budget.saturating_sub(start.elapsed());
-            let share = left / (groups - done).max(1) as u32;
+            let share = (left / (groups - done).max(1) as u32).max(budget / groups.max(1) as u32);
             let rb = RowBudget {
                 time: share,
                 max_runs: args.max_runs,

@@ -492,8 +492,18 @@ pub const RMSNORM_SHAPES: [[usize; 3]; 10] = [
 pub const MEAN_SHAPES: [[usize; 3]; 2] = [[1, 128, 128], [1, 128, 2048]];
 
 fn bench(c: &mut Catalog) {
+    // fp32 first, then the LLM and conv programs, then the other dtypes: the sweep times in
+    // catalog order, so the headline rows come first.
+    bench_dtype_rows(c, ElemType::F32);
+    bench_fp32_programs(c);
+    for dtype in [ElemType::F16, ElemType::Bf16, ElemType::Qs8] {
+        bench_dtype_rows(c, dtype);
+    }
+}
+
+fn bench_dtype_rows(c: &mut Catalog, dtype: ElemType) {
     use Family::Bench;
-    for dtype in [ElemType::F32, ElemType::F16, ElemType::Bf16, ElemType::Qs8] {
+    {
         let dn = dtype.name();
         for shape in RMSNORM_SHAPES {
             let lbl = label(&shape);
@@ -539,6 +549,10 @@ fn bench(c: &mut Catalog) {
             p.quick = quick;
         }
     }
+}
+
+fn bench_fp32_programs(c: &mut Catalog) {
+    use Family::Bench;
     let f = ElemType::F32;
     c.add(
         Bench,
