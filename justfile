@@ -18,7 +18,7 @@ gate *ARGS:
 
 # Seeded-bug catalog: does the harness still catch every planted bug?
 mutants *ARGS:
-    cargo run --release -p harness --features delegate/mutants -- mutants {{ARGS}}
+    cargo run --release -p harness --features mutants -- mutants {{ARGS}}
 
 # The nightly job, locally: sharded fuzz plus every cargo-fuzz target for a budget.
 nightly:

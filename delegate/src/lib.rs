@@ -10,8 +10,8 @@ pub mod runtime;
 pub mod serialize;
 pub mod xnn;
 
-pub use program::{LoweredProgram, Summary};
 pub use lower::{lower, lower_with, LowerError, LowerOptions};
+pub use program::{LoweredProgram, Summary};
 
 /// Which lowering of `mean.dim` to reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]

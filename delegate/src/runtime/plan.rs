@@ -431,10 +431,7 @@ fn check_types(
     let o = dt(out);
     let ok = match k {
         Kernel::Binary(op) => {
-            ins.len() == 2
-                && (float(o) || (o == Dt::I8 && *op != BinOp::Div))
-                && dt(ins[0]) == o
-                && dt(ins[1]) == o
+            ins.len() == 2 && (float(o) || (o == Dt::I8 && *op != BinOp::Div)) && dt(ins[0]) == o && dt(ins[1]) == o
         }
         Kernel::Unary(_) => ins.len() == 1 && float(o) && dt(ins[0]) == o,
         Kernel::Convert => {
