@@ -427,7 +427,7 @@ fn dequantize_rewired_by_an_output_copy_keeps_every_reader_consistent() {
 // Real ExecuTorch 1.5.1 payloads.
 
 fn manifest() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/manifest.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/executorch-1.5.1/manifest.json");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap()
 }
@@ -536,7 +536,7 @@ fn fixture_a_b_c_h_match_executorch_1_5_1() {
 fn fixtures_without_constants_are_byte_identical_to_executorch() {
     // a and h carry no weights, so lowering + the writer must give ExecuTorch's payload
     // byte for byte (header, flatbuffer, no constant data).
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/executorch-1.5.1/");
     for (name, g) in [("a", pattern_a()), ("h", pattern_h())] {
         let want = std::fs::read(format!("{dir}{name}.d0.xnn")).unwrap();
         for mode in MODES {
@@ -551,7 +551,7 @@ fn fixtures_without_constants_are_byte_identical_to_executorch() {
 fn pte_named(name: &str, key: &str) -> Vec<u8> {
     let m = manifest();
     let pte = &m["patterns"][name]["pte"];
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/executorch-1.5.1/");
     let bytes = std::fs::read(format!("{dir}{}", pte["file"].as_str().unwrap())).unwrap();
     let entry = pte["named_data"].as_array().unwrap().iter().find(|e| e["key"] == key).unwrap();
     let (off, size) = (entry["file_offset"].as_u64().unwrap() as usize, entry["size"].as_u64().unwrap() as usize);
@@ -601,7 +601,7 @@ fn conv_fixtures_are_byte_identical_with_executorchs_weights() {
     let key = |name: &str, d: usize, k: usize| {
         m["patterns"][name]["payloads"][d]["graph"]["constant_data"][k]["named_key"].as_str().unwrap().to_string()
     };
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/executorch-1.5.1/");
     // b: conv(3->8) -> GAP, in every mode.
     let g = GraphBuilder::new();
     let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
@@ -676,7 +676,7 @@ fn fixture_i_b_is_byte_identical_up_to_debug_handles() {
     let qb = pte_named("i_b", &key(2));
     let bias: Vec<f32> =
         qb.chunks_exact(4).map(|c| (i32::from_le_bytes(c.try_into().unwrap()) as f64 * scale as f64) as f32).collect();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/executorch-1.5.1/");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/executorch-1.5.1/");
     let want = std::fs::read(format!("{dir}i_b.d0.xnn")).unwrap();
     let handles: Vec<u32> = m["patterns"]["i_b"]["payloads"][0]["graph"]["nodes"]
         .as_array()

@@ -17,7 +17,7 @@ fn golden_path() -> PathBuf {
 }
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/executorch-1.5.1")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../delegate/tests/fixtures/executorch-1.5.1")
 }
 
 #[test]
