@@ -21,6 +21,33 @@ pub struct ConvGeom {
 }
 
 impl ConvGeom {
+    /// Calls `f(ky, kx, xb)` for every kernel tap of output pixel `(n, y, xo)` that lands
+    /// inside an `[N, h, wd, c]` NHWC input (padding taps add nothing); `xb` is the tap's
+    /// input offset. Shared by the float and qs8 kernels so both walk the same window.
+    pub fn for_each_tap(
+        &self,
+        h: usize,
+        wd: usize,
+        c: usize,
+        pix: (usize, usize, usize),
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
+        let (n, y, xo) = pix;
+        for ky in 0..self.kernel[0] {
+            let iy = (y * self.stride[0] + ky * self.dilation[0]) as isize - self.padding[0] as isize;
+            if iy < 0 || iy >= h as isize {
+                continue;
+            }
+            for kx in 0..self.kernel[1] {
+                let ix = (xo * self.stride[1] + kx * self.dilation[1]) as isize - self.padding[3] as isize;
+                if ix < 0 || ix >= wd as isize {
+                    continue;
+                }
+                f(ky, kx, ((n * h + iy as usize) * wd + ix as usize) * c);
+            }
+        }
+    }
+
     /// Output `[N, OH, OW, O]` for an input `[N, H, W, C]`, or why the geometry is invalid.
     pub fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>, String> {
         if input.len() != 4 {
@@ -88,42 +115,31 @@ fn conv_f32(
                 Some(b) => o.copy_from_slice(b),
                 None => o.fill(0.0),
             }
-            for ky in 0..kh {
-                let iy = (y * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
-                if iy < 0 || iy >= h as isize {
-                    continue;
-                }
-                for kx in 0..kw {
-                    let ix = (xo * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
-                    if ix < 0 || ix >= wd as isize {
-                        continue;
-                    }
-                    let xb = ((n * h + iy as usize) * wd + ix as usize) * c;
-                    let xr = &x[xb..xb + c];
-                    if g.depthwise {
-                        let wr = &w[(ky * kw + kx) * oc..(ky * kw + kx + 1) * oc];
-                        if g.group_out == 1 {
-                            simd::mul_acc(isa, o, xr, wr);
-                        } else {
-                            for (ch, &xv) in xr.iter().enumerate() {
-                                for m in 0..g.group_out {
-                                    let k = ch * g.group_out + m;
-                                    o[k] += xv * wr[k];
-                                }
-                            }
-                        }
+            g.for_each_tap(h, wd, c, (n, y, xo), |ky, kx, xb| {
+                let xr = &x[xb..xb + c];
+                if g.depthwise {
+                    let wr = &w[(ky * kw + kx) * oc..(ky * kw + kx + 1) * oc];
+                    if g.group_out == 1 {
+                        simd::mul_acc(isa, o, xr, wr);
                     } else {
-                        for gi in 0..g.groups {
-                            let xs = &xr[gi * g.group_in..(gi + 1) * g.group_in];
+                        for (ch, &xv) in xr.iter().enumerate() {
                             for m in 0..g.group_out {
-                                let k = gi * g.group_out + m;
-                                let wb = ((k * kh + ky) * kw + kx) * g.group_in;
-                                o[k] += simd::dot(isa, xs, &w[wb..wb + g.group_in]);
+                                let k = ch * g.group_out + m;
+                                o[k] += xv * wr[k];
                             }
                         }
                     }
+                } else {
+                    for gi in 0..g.groups {
+                        let xs = &xr[gi * g.group_in..(gi + 1) * g.group_in];
+                        for m in 0..g.group_out {
+                            let k = gi * g.group_out + m;
+                            let wb = ((k * kh + ky) * kw + kx) * g.group_in;
+                            o[k] += simd::dot(isa, xs, &w[wb..wb + g.group_in]);
+                        }
+                    }
                 }
-            }
+            });
         }
     });
 }

@@ -115,41 +115,29 @@ pub fn conv2d(
                 Some(b) => acc.copy_from_slice(b),
                 None => acc.fill(0),
             }
-            for ky in 0..kh {
-                let iy = (y * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
-                if iy < 0 || iy >= h as isize {
-                    continue;
-                }
-                for kx in 0..kw {
-                    let ix = (xo * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
-                    if ix < 0 || ix >= wd as isize {
-                        continue;
-                    }
-                    let xb = ((n * h + iy as usize) * wd + ix as usize) * c;
-                    let xr = &x[xb..xb + c];
-                    if g.depthwise {
-                        let wr = &w[(ky * kw + kx) * oc..(ky * kw + kx + 1) * oc];
-                        for (ch, &xv) in xr.iter().enumerate() {
-                            for m in 0..g.group_out {
-                                let k = ch * g.group_out + m;
-                                acc[k] = acc[k].wrapping_add((xv as i32 - zx) * (wr[k] as i32 - zw));
-                            }
+            g.for_each_tap(h, wd, c, (n, y, xo), |ky, kx, xb| {
+                let xr = &x[xb..xb + c];
+                if g.depthwise {
+                    let wr = &w[(ky * kw + kx) * oc..(ky * kw + kx + 1) * oc];
+                    for (ch, &xv) in xr.iter().enumerate() {
+                        for m in 0..g.group_out {
+                            let k = ch * g.group_out + m;
+                            acc[k] = acc[k].wrapping_add((xv as i32 - zx) * (wr[k] as i32 - zw));
                         }
-                    } else {
-                        for gi in 0..g.groups {
-                            let xs = &xr[gi * g.group_in..(gi + 1) * g.group_in];
-                            for m in 0..g.group_out {
-                                let k = gi * g.group_out + m;
-                                let wb = ((k * kh + ky) * kw + kx) * g.group_in;
-                                let ws = &w[wb..wb + g.group_in];
-                                let dot: i32 =
-                                    xs.iter().zip(ws).map(|(&a, &b)| (a as i32 - zx) * (b as i32 - zw)).sum();
-                                acc[k] = acc[k].wrapping_add(dot);
-                            }
+                    }
+                } else {
+                    for gi in 0..g.groups {
+                        let xs = &xr[gi * g.group_in..(gi + 1) * g.group_in];
+                        for m in 0..g.group_out {
+                            let k = gi * g.group_out + m;
+                            let wb = ((k * kh + ky) * kw + kx) * g.group_in;
+                            let ws = &w[wb..wb + g.group_in];
+                            let dot: i32 = xs.iter().zip(ws).map(|(&a, &b)| (a as i32 - zx) * (b as i32 - zw)).sum();
+                            acc[k] = acc[k].wrapping_add(dot);
                         }
                     }
                 }
-            }
+            });
             for (d, &a) in o.iter_mut().zip(&acc) {
                 *d = requantize(a, mult, qo, range);
             }
