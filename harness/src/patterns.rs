@@ -13,7 +13,8 @@
 //!
 //! qs8 patterns use power-of-two scales and inputs on the input's quantization grid, so every
 //! quantize before the last one is exact in any correct implementation and the last one may
-//! differ by one step only (see `oracle::outputs`).
+//! differ by one step only, and by none when the mean counts are powers of two
+//! ([`qs8_exact`], derived in `oracle::outputs`).
 
 use crate::case::{Case, InvalidKind, Pattern};
 use crate::engine;
@@ -221,6 +222,51 @@ fn chain_cost(case: &Case) -> (usize, usize) {
         Pattern::ConvMeanConv => (c * k * k + conv_out(case) + k * k, 3),
         Pattern::ConvSubMean => (c * k * k + conv_out(case), 3),
         Pattern::SharedInput => ((c * k * k).max(n), 1),
+    }
+}
+
+/// Elements a mean over `dims` (empty: all) averages on a tensor of `shape`.
+fn reduced_count(dims: &[i64], shape: &[usize]) -> usize {
+    let rank = shape.len().max(1) as i64;
+    let mut seen = vec![dims.is_empty(); shape.len()];
+    for &d in dims {
+        if d >= -rank && d < rank {
+            seen[d.rem_euclid(rank) as usize] = true;
+        }
+    }
+    shape.iter().zip(&seen).filter(|(_, &s)| s).map(|(&n, _)| n).product()
+}
+
+/// Largest mean count for which every partial sum of grid values is exact in f32: each
+/// term is at most 255 grid units (`|q - zp|` of an int8), so `2^16` terms stay below 2^24.
+const EXACT_MEAN_MAX: usize = 1 << 16;
+/// Largest qs8 conv fan-in with exact f32 partial sums: a product of an input and a weight
+/// is at most `131 * 128 < 2^15` units of `2^-10` (`Q_IN` times `Q_W`), `2^9` of them < 2^24.
+const EXACT_CONV_FAN_IN: usize = 1 << 9;
+
+/// qs8 cases: whether a correct delegate must give exactly the reference's value for
+/// output `o`, on a run whose main input has `shape` (see `oracle::outputs`, qs8): every
+/// mean count along the chain is a power of two (its `1/n` and requantization multiplier are
+/// exact) and every accumulation is short enough for exact f32 partial sums.
+pub fn qs8_exact(case: &Case, shape: &[usize], o: usize) -> bool {
+    if case.dtype != ElemType::Qs8 || shape.len() != case.shape.len() {
+        return false;
+    }
+    let mean_ok = |n: usize| n.is_power_of_two() && n <= EXACT_MEAN_MAX;
+    let conv_ok = || shape.get(1).is_some_and(|&c| c * kernel(case) * kernel(case) <= EXACT_CONV_FAN_IN);
+    let (dims, _) = mean_dims(case);
+    match (case.pattern, o) {
+        (Pattern::Mean | Pattern::AddMean | Pattern::Gap, 0) | (Pattern::SharedInput, 0) => {
+            mean_ok(reduced_count(&dims, shape))
+        }
+        (Pattern::ConvMean, 0) => {
+            // The conv keeps H and W (stride 1, padding k/2) and gives `conv_out` channels.
+            let mut y = shape.to_vec();
+            y[1] = conv_out(case);
+            conv_ok() && mean_ok(reduced_count(&dims, &y))
+        }
+        (Pattern::SharedInput, 1) => conv_ok(),
+        _ => false,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The outputs oracle's tolerance is both valid (correct f32 implementations in any
 //! summation order pass) and tight (a dropped element or a wrong divisor fails), checked
-//! against simulated delegate outputs computed here, outside the delegate.
+//! against simulated delegate outputs computed here, outside the delegate; and the qs8
+//! tolerance is exact exactly where the derivation says so.
 
 use harness::case::{Case, Pattern};
 use harness::oracle::outputs::{compare_with as compare, tolerance};
@@ -55,7 +56,7 @@ fn check(dt: ElemType, sizes: &[usize], positive: bool) {
         let want = &reference::eval::run(&built.graph, std::slice::from_ref(&input)).unwrap()[0];
         let mag_in = magnitude_inputs(&case, &[input]);
         let mag = &reference::eval::run(built.magnitude.as_ref().unwrap(), &mag_in).unwrap()[0];
-        let tol = tolerance(&case, &built, 0);
+        let tol = tolerance(&case, &built, 0, &case.shape);
         for order in orders() {
             let ok = simulated_mean(&xs, rows, n, &order, n, None, dt);
             assert!(compare(want, &ok, Some(mag), &tol).is_none(), "{dt} n={n}: a correct mean failed");
@@ -94,4 +95,44 @@ fn fp16_and_bf16_tolerance_is_one_ulp_plus_the_sum_bound() {
     // bf16 has 8: up to n of about 60.
     check(ElemType::Bf16, &[1, 2, 3, 8, 17, 40], true);
     check(ElemType::Bf16, &[5, 64, 1000], false);
+}
+
+/// A qs8 mean over the last dim, `n` (even) elements in one row, whose exact mean is a tie:
+/// 2.5 output steps. Returns the reference output, the half-to-even result (2 steps), the
+/// half-away-from-zero one (3 steps) and the oracle's tolerance.
+fn qs8_tie(n: usize) -> (Tensor, Tensor, Tensor, harness::oracle::outputs::Tolerance) {
+    use harness::patterns::{Q_IN, Q_MEAN};
+    assert_eq!(Q_IN.scale, Q_MEAN.scale, "the row below assumes one grid for input and output");
+    assert!(n % 2 == 0, "a mean of n grid values is a tie only for even n");
+    let case = Case { dtype: ElemType::Qs8, ..Case::new(Pattern::Mean, &[1, n], &[-1], true) };
+    let built = build(&case).unwrap();
+    // A row of 2s and 3s (grid units) summing to 2.5 n.
+    let x: Vec<f64> = (0..n).map(|i| if i < n / 2 { 3.0 } else { 2.0 } * Q_IN.scale as f64).collect();
+    let input = Tensor::from_f64(&[1, n], ElemType::F32, None, &x);
+    let want = reference::eval::run(&built.graph, std::slice::from_ref(&input)).unwrap().remove(0);
+    let steps = |k: f64| Tensor::f32(&[1, 1], vec![(k * Q_MEAN.scale as f64) as f32]);
+    (want, steps(2.5f64.round_ties_even()), steps(2.5f64.round()), tolerance(&case, &built, 0, &case.shape))
+}
+
+#[test]
+fn qs8_tolerance_is_exact_when_the_mean_count_is_a_power_of_two() {
+    for n in [2usize, 4, 8, 64, 1024] {
+        let (want, even, away, tol) = qs8_tie(n);
+        assert!(tol.exact, "n={n}: a power-of-two count must compare exactly");
+        assert!(compare(&want, &even, None, &tol).is_none(), "n={n}: the half-to-even result failed");
+        assert!(compare(&want, &away, None, &tol).is_some(), "n={n}: a tie rounded away from zero passed");
+    }
+}
+
+#[test]
+fn qs8_tolerance_allows_one_step_when_the_mean_count_is_not_a_power_of_two() {
+    for n in [6usize, 12, 100] {
+        let (want, even, away, tol) = qs8_tie(n);
+        // `1/n` is inexact: a correct requantization may land on either side of the tie.
+        assert!(!tol.exact, "n={n}: 1/n is inexact, the last quantize may land one step away");
+        assert!(compare(&want, &even, None, &tol).is_none(), "n={n}: the half-to-even result failed");
+        assert!(compare(&want, &away, None, &tol).is_none(), "n={n}: one step off failed");
+        let two_off = Tensor::f32(&[1, 1], vec![4.0 * harness::patterns::Q_MEAN.scale]);
+        assert!(compare(&want, &two_off, None, &tol).is_some(), "n={n}: two steps off passed");
+    }
 }

@@ -28,9 +28,16 @@
 //!   gets one output ulp plus the f32 accumulation bound.
 //! - **qs8.** Inputs sit on the input grid and every scale is a power of two, so every
 //!   quantize before the last one sees an exactly representable value and any correct
-//!   implementation gives the same integer; the last quantize (after the mean) may land one
-//!   step away (`1/n` is inexact). So `tol_i = step_i` (one quantization step of the output),
-//!   compared on the dequantized values, which are exact multiples of the step.
+//!   implementation gives the same integer. The last quantize follows a mean (or a conv).
+//!   The delegate sums `q - zp` exactly (int32, or f32 on grid values while the sum of
+//!   magnitudes stays below 2^24 grid units: mean count `n <= 2^16`, conv fan-in `<= 2^9`)
+//!   and scales by `in_scale / (n out_scale)` (a conv output by `x_scale w_scale / out_scale`,
+//!   `n = 1`). When `n` is a power of two, so is the multiplier, and the scaled sum is exact, as
+//!   is the reference's f32 mean; both then round the same exact value half to even (the
+//!   reference's quantize is PyTorch's), so the integers are equal: `tol_i = 0`. Otherwise
+//!   `1/n` is inexact and the last quantize may land one step away: `tol_i = step_i` (one
+//!   quantization step of the output). Either way compared on the dequantized values, which
+//!   are exact multiples of the step. `patterns::qs8_exact` decides, per run shape.
 //! - **NaN and infinities.** A NaN reference value needs a NaN; an infinite one needs the
 //!   same infinity; a finite one needs a finite value, unless a partial sum may overflow:
 //!   `(L + 2) P` at least the compute type's largest finite value, where `P` is the largest
@@ -49,7 +56,7 @@
 use super::{CheckOptions, RefRun, Verdict};
 use crate::case::Case;
 use crate::engine;
-use crate::patterns::Built;
+use crate::patterns::{self, Built};
 use delegate::LoweredProgram;
 use reference::{ElemType, Tensor};
 
@@ -104,6 +111,8 @@ pub struct Tolerance {
     pub compute: ElemType,
     /// qs8: the quantization step of this output.
     pub step: Option<f32>,
+    /// qs8: the result is exact (zero steps allowed, not one); see the module docs.
+    pub exact: bool,
 }
 
 impl Tolerance {
@@ -121,9 +130,10 @@ impl Tolerance {
     /// The tolerance for reference value `r` with magnitude `m`, output dtype `out`.
     pub fn bound(&self, out: ElemType, r: f64, m: f64) -> f64 {
         if let Some(s) = self.step {
-            // Dequantized values are exact multiples of the step: allow one step, plus
-            // a hair for the f32 dequantize multiply.
-            return s as f64 * (1.0 + 1e-6) + r.abs() * 2f64.powi(-23);
+            // Dequantized values are exact multiples of the step: allow one step (none when
+            // exact), plus a hair for the f32 dequantize multiply.
+            let steps = if self.exact { 0.0 } else { 1.0 };
+            return steps * s as f64 * (1.0 + 1e-6) + r.abs() * 2f64.powi(-23);
         }
         let u = 2f64.powi(-24);
         let l = self.acc_len as f64;
@@ -258,10 +268,13 @@ fn index_string(shape: &[usize], mut i: usize) -> String {
     idx.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
 }
 
-/// The tolerance of output `o` of a built case.
-pub fn tolerance(case: &Case, built: &Built, o: usize) -> Tolerance {
+/// The tolerance of output `o` of a built case, on a run whose main input has `shape`
+/// (qs8 exactness depends on the run's mean counts).
+pub fn tolerance(case: &Case, built: &Built, o: usize, shape: &[usize]) -> Tolerance {
     let compute = if case.dtype == ElemType::Qs8 { ElemType::F32 } else { case.dtype };
-    Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step: built.out_step.get(o).copied().flatten() }
+    let step = built.out_step.get(o).copied().flatten();
+    let exact = step.is_some() && patterns::qs8_exact(case, shape, o);
+    Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step, exact }
 }
 
 /// Runs a lowered program at every thread count and SIMD path on every run of the case,
@@ -318,7 +331,13 @@ pub fn execute(
                         for (o, (w, g)) in want.iter().zip(&got).enumerate() {
                             let mut mag = || run.magnitude().and_then(|m| m.get(o)).map(|t| t.values_f64());
                             let mut peak = || run.peak_magnitude();
-                            if let Some(d) = compare(w, g, &mut mag, &mut peak, &tolerance(case, built, o)) {
+                            if let Some(d) = compare(
+                                w,
+                                g,
+                                &mut mag,
+                                &mut peak,
+                                &tolerance(case, built, o, run.shapes.first().map_or(&[], |s| s)),
+                            ) {
                                 failing_configs.push(format!("{config}{run_name} output {o}"));
                                 first_detail.get_or_insert_with(|| format!("[{config}{run_name} output {o}] {d}"));
                                 break;
@@ -379,7 +398,7 @@ mod tests {
 
     #[test]
     fn nan_needs_nan_and_infinity_needs_the_same_infinity() {
-        let tol = Tolerance { acc_len: 4, ops: 1, compute: ElemType::F32, step: None };
+        let tol = Tolerance { acc_len: 4, ops: 1, compute: ElemType::F32, step: None, exact: false };
         let r = Tensor::f32(&[3], vec![f32::NAN, f32::INFINITY, 1.0]);
         assert!(compare_with(&r, &r.clone(), None, &tol).is_none());
         let g = Tensor::f32(&[3], vec![1.0, f32::INFINITY, 1.0]);
@@ -392,7 +411,7 @@ mod tests {
 
     #[test]
     fn overflow_is_excused_only_near_the_largest_finite_value() {
-        let tol = Tolerance { acc_len: 4, ops: 1, compute: ElemType::F32, step: None };
+        let tol = Tolerance { acc_len: 4, ops: 1, compute: ElemType::F32, step: None, exact: false };
         let r = Tensor::f32(&[2], vec![3.0e38, 1.0]);
         let g = Tensor::f32(&[2], vec![f32::INFINITY, 1.0]);
         // The output's own magnitude (3e38) times (L + 2) passes f32::MAX: excused.
@@ -406,7 +425,7 @@ mod tests {
 
     #[test]
     fn fp16_allows_one_output_ulp_but_not_two() {
-        let tol = Tolerance { acc_len: 8, ops: 1, compute: ElemType::F16, step: None };
+        let tol = Tolerance { acc_len: 8, ops: 1, compute: ElemType::F16, step: None, exact: false };
         let r = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0]);
         let one_up = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0 + 2f64.powi(-10)]);
         let far = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0 + 4.0 * 2f64.powi(-10)]);
@@ -416,7 +435,7 @@ mod tests {
 
     #[test]
     fn qs8_allows_one_step_not_two() {
-        let tol = Tolerance { acc_len: 8, ops: 3, compute: ElemType::F32, step: Some(0.0625) };
+        let tol = Tolerance { acc_len: 8, ops: 3, compute: ElemType::F32, step: Some(0.0625), exact: false };
         let r = Tensor::f32(&[2], vec![0.5, -1.0]);
         assert!(compare_with(&r, &Tensor::f32(&[2], vec![0.5625, -1.0625]), None, &tol).is_none());
         assert!(compare_with(&r, &Tensor::f32(&[2], vec![0.625, -1.0]), None, &tol).is_some());
@@ -424,7 +443,7 @@ mod tests {
 
     #[test]
     fn shape_and_format_differences_are_reported() {
-        let tol = Tolerance { acc_len: 1, ops: 1, compute: ElemType::F32, step: None };
+        let tol = Tolerance { acc_len: 1, ops: 1, compute: ElemType::F32, step: None, exact: false };
         let r = Tensor::f32(&[1, 2, 1, 1], vec![1.0, 2.0]);
         let g = Tensor::f32(&[1, 2], vec![1.0, 2.0]);
         assert!(compare_with(&r, &g, None, &tol).unwrap().starts_with("shape"));
