@@ -207,6 +207,38 @@ fn every_pattern_in_every_mode_matches_the_reference() {
     }
 }
 
+/// `Program::reconfigure` and `Program::with_pool`: one load per mode, every configuration on
+/// pools shared by all programs (as the harness runs them), each matching the reference.
+#[test]
+fn reconfigured_programs_on_shared_pools_match_the_reference() {
+    use delegate::runtime::pool::Pool;
+    use std::sync::Arc;
+    let configs = configs();
+    let pools: Vec<Arc<Pool>> =
+        configs.iter().map(|o| Arc::new(Pool::new(o.threads, o.policy).expect("pool"))).collect();
+    for (name, graph, bf16) in patterns() {
+        let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 7 + k as u64)).collect();
+        let want = reference::eval::run(&graph, &inputs).unwrap_or_else(|e| panic!("{name}: oracle: {e}"));
+        for mode in LoweringMode::ALL {
+            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 })
+                .unwrap_or_else(|e| panic!("{name} {mode}: lowering: {e}"));
+            let base = Program::with_pool(&lowered, configs[0].simd, pools[0].clone())
+                .unwrap_or_else(|e| panic!("{name} {mode}: load: {e}"));
+            for (opts, pool) in configs.iter().zip(&pools) {
+                let what = format!("{name} {mode} reconfigured {opts:?}");
+                let p = base.reconfigure(opts.simd, pool.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(p.options(), *opts, "{what}");
+                assert_eq!(p.payloads(), base.payloads(), "{what}");
+                let got = p.run(&inputs).unwrap_or_else(|e| panic!("{what}: run: {e}"));
+                assert_eq!(got.len(), want.len(), "{what}");
+                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                    compare(g, w, &format!("{what} output {k}"));
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn print_summaries() {
     if std::env::var("RT_PRINT").is_err() {

@@ -5,7 +5,8 @@
 //! failed and, where the crate reports one, the [`ErrorClass`] the errors oracle compares.
 
 use delegate::lower::{lower_with, LowerError, LowerOptions};
-use delegate::runtime::{Program, RunOptions, RuntimeError, SimdLevel, ThreadPolicy};
+use delegate::runtime::pool::Pool;
+use delegate::runtime::{Program, RuntimeError, SimdLevel, ThreadPolicy};
 use delegate::serialize::{self, LoadLimits};
 use delegate::xnn::XnnGraph;
 use delegate::{LoweredProgram, LoweringMode};
@@ -130,29 +131,63 @@ fn runtime_class(e: &RuntimeError) -> Option<ErrorClass> {
     }
 }
 
-/// Builds a runnable program (serializing and loading every segment). Multi-threaded runs
-/// of the SIMD path use XNNPACK's per-output tasks, so even small reductions are split
-/// across threads; the fallback path uses the cost model (the default).
+/// Builds a runnable program (serializing and loading every segment).
 pub fn prepare(program: &LoweredProgram, threads: usize, simd: Simd) -> Result<Prepared, EngineError> {
+    let (pool, level) = config(threads, simd)?;
+    Program::with_pool(program, level, pool)
+        .map(|program| Prepared { program })
+        .map_err(|e| EngineError::new(Stage::Prepare, runtime_class(&e), e))
+}
+
+/// The pool and SIMD level of a configuration: XNNPACK's per-output tasks on multi-threaded
+/// SIMD runs (even small reductions are split across threads); the cost model otherwise.
+fn config(threads: usize, simd: Simd) -> Result<(std::sync::Arc<Pool>, SimdLevel), EngineError> {
     let policy = if threads > 1 && simd == Simd::Best { ThreadPolicy::PerOutputTasks } else { ThreadPolicy::CostModel };
     let level = match simd {
         Simd::Best => SimdLevel::Auto,
         Simd::Fallback => SimdLevel::Scalar,
     };
-    let opts = RunOptions { threads, policy, simd: level };
-    Program::new(program, &opts)
-        .map(|program| Prepared { program })
-        .map_err(|e| EngineError::new(Stage::Prepare, runtime_class(&e), e))
+    let pool = shared_pool(threads.max(1), policy).map_err(|e| EngineError::new(Stage::Prepare, None, e))?;
+    Ok((pool, level))
+}
+
+/// One pool per (threads, policy) and calling thread, kept for the thread's life: a case
+/// prepares several programs, and a fresh pool per program made every multi-threaded run
+/// pay a thread spawn and the new worker's first wake-up. The runtime's own API still gets
+/// tested with a pool per program (`Program::new`, in `delegate`'s tests and the bench).
+fn shared_pool(threads: usize, policy: ThreadPolicy) -> Result<std::sync::Arc<Pool>, String> {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    thread_local! {
+        static POOLS: std::cell::RefCell<HashMap<(usize, ThreadPolicy), Arc<Pool>>> = Default::default();
+    }
+    POOLS.with(|pools| {
+        if let Some(p) = pools.borrow().get(&(threads, policy)) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Pool::new(threads, policy).map_err(|e| format!("starting a {threads}-thread pool: {e}"))?);
+        pools.borrow_mut().insert((threads, policy), p.clone());
+        Ok(p)
+    })
 }
 
 impl Prepared {
+    /// The same loaded program in another configuration (no second serialize, load and plan).
+    pub fn reconfigure(&self, threads: usize, simd: Simd) -> Result<Prepared, EngineError> {
+        let (pool, level) = config(threads, simd)?;
+        self.program
+            .reconfigure(level, pool)
+            .map(|program| Prepared { program })
+            .map_err(|e| EngineError::new(Stage::Prepare, runtime_class(&e), e))
+    }
+
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
         self.program.run(inputs).map_err(|e| EngineError::new(Stage::Run, runtime_class(&e), e))
     }
 
     /// The payload bytes of each segment, as the runtime loaded them.
-    pub fn payloads(&self) -> Vec<Vec<u8>> {
-        self.program.payloads().to_vec()
+    pub fn payloads(&self) -> &[Vec<u8>] {
+        self.program.payloads()
     }
 
     /// The instruction set the kernels run with.

@@ -154,13 +154,17 @@ impl Tensor {
         let n: usize = shape.iter().product();
         let mut out = Vec::with_capacity(n);
         let mut idx = vec![0usize; rank];
+        // The offset is carried along (an odometer), not recomputed per element.
+        let mut off = 0usize;
         for _ in 0..n {
-            out.push(idx.iter().zip(&strides).map(|(i, s)| i * s).sum());
+            out.push(off);
             for d in (0..rank).rev() {
                 idx[d] += 1;
+                off += strides[d];
                 if idx[d] < shape[d] {
                     break;
                 }
+                off -= strides[d] * shape[d];
                 idx[d] = 0;
             }
         }
@@ -198,13 +202,20 @@ impl Tensor {
 
     /// Values in logical order as real numbers (qs8 dequantized exactly in f64).
     pub fn values_f64(&self) -> Vec<f64> {
-        let c = self.to_contiguous();
-        let n = c.data.len();
-        match (&c.data, c.quant) {
+        // Converted in physical order with one match per tensor (this is the oracles' hot
+        // path), then gathered into logical order when the format is not contiguous.
+        let phys: Vec<f64> = match (&self.data, self.quant) {
+            (TensorData::F32(v), _) => v.iter().map(|&x| x as f64).collect(),
+            (TensorData::F16(v), _) => v.iter().map(|x| x.to_f64()).collect(),
+            (TensorData::Bf16(v), _) => v.iter().map(|x| x.to_f64()).collect(),
             (TensorData::Qs8(v), Some(q)) => {
                 v.iter().map(|&x| (x as f64 - q.zero_point as f64) * q.scale as f64).collect()
             }
-            _ => (0..n).map(|i| c.data.get_f64(i)).collect(),
+            (TensorData::Qs8(v), None) => v.iter().map(|&x| x as f64).collect(),
+        };
+        if self.format == MemoryFormat::Contiguous || phys.is_empty() {
+            return phys;
         }
+        Self::logical_to_physical(&self.shape, self.format).iter().map(|&p| phys[p]).collect()
     }
 }

@@ -13,11 +13,20 @@ use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before parking: well above the gap between back-to-back
 /// operators and runs, short enough that an idle program gives the core back quickly.
+/// A pool with more threads than the process may run on (`taskset`, a CPU quota) does not
+/// spin at all: a spinning worker would only take the caller's core away from it.
 const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
 
 /// Below this many bytes touched, `CostModel` runs an operator inline: splitting saves less
 /// than a dispatch plus the cache traffic of a second core (measured with the RMSNorm sweep).
 pub const INLINE_BYTES: usize = 96 * 1024;
+
+/// CPUs this process may run on (affinity and cgroup quota), read once: the query reads
+/// files under /sys.
+fn available_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// The dispatch in progress, read by workers under the lock.
 struct Slot {
@@ -39,6 +48,8 @@ struct Shared {
     shutdown: AtomicBool,
     /// Per worker: parked (or about to park) and needs an unpark.
     sleeping: Vec<AtomicBool>,
+    /// `SPIN_BEFORE_PARK`, or zero when the pool has more threads than available CPUs.
+    spin: Duration,
 }
 
 pub struct Pool {
@@ -62,6 +73,7 @@ impl Pool {
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleeping: (0..n_workers).map(|_| AtomicBool::new(false)).collect(),
+            spin: if available_cpus() >= threads { SPIN_BEFORE_PARK } else { Duration::ZERO },
         });
         let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), policy, dispatch: Mutex::new(()) };
         for w in 0..n_workers {
@@ -124,8 +136,9 @@ impl Pool {
                 || (barrier && s.done.load(Ordering::Acquire) < self.workers.len())
             {
                 spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(1024) {
-                    // A worker holding a task was descheduled by other load: let it run.
+                if s.spin.is_zero() || spins.is_multiple_of(1024) {
+                    // A worker holding a task was descheduled by other load (or shares this
+                    // thread's core): let it run.
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -171,7 +184,7 @@ fn worker(s: Arc<Shared>, w: usize) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) && start.elapsed() > SPIN_BEFORE_PARK {
+            if spins.is_multiple_of(64) && start.elapsed() >= s.spin {
                 s.sleeping[w].store(true, Ordering::SeqCst);
                 // Re-check after announcing sleep: a dispatcher that bumped the epoch before
                 // reading `sleeping` would not unpark us.

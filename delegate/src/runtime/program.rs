@@ -5,12 +5,12 @@ use super::kernels::{portable, Ctx, Scratch, View};
 use super::plan::{BoundInput, Owned, SegmentPlan, SegmentState};
 use super::pool::Pool;
 use super::simd::Isa;
-use super::{resolve_simd, RunOptions, RuntimeError};
+use super::{resolve_simd, RunOptions, RuntimeError, SimdLevel};
 use crate::program::{LoweredProgram, PortableOp, SlotId, Step};
 use crate::serialize::{self, LoadLimits};
 use reference::{ElemType, GraphErrorKind, MemoryFormat, Tensor, TensorData, TensorSpec};
 use std::borrow::Cow;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 enum ExecStep {
     Delegate { plan: SegmentPlan, inputs: Vec<SlotId>, outputs: Vec<SlotId> },
@@ -22,8 +22,8 @@ struct RunState {
     scratch: Scratch,
 }
 
-/// An executable program. `run` takes `&self`; concurrent calls are serialized.
-pub struct Program {
+/// What loading and planning produced: read-only, shared by every configuration of a program.
+struct Loaded {
     slots: Vec<TensorSpec>,
     constants: Vec<(SlotId, Tensor)>,
     inputs: Vec<SlotId>,
@@ -32,7 +32,12 @@ pub struct Program {
     payloads: Vec<Vec<u8>>,
     /// Per slot: index of the last step reading it (`usize::MAX` for program outputs).
     last_use: Vec<usize>,
-    pool: Pool,
+}
+
+/// An executable program. `run` takes `&self`; concurrent calls are serialized.
+pub struct Program {
+    l: Arc<Loaded>,
+    pool: Arc<Pool>,
     isa: Isa,
     opts: RunOptions,
     state: Mutex<RunState>,
@@ -41,7 +46,7 @@ pub struct Program {
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Program")
-            .field("steps", &self.steps.len())
+            .field("steps", &self.l.steps.len())
             .field("threads", &self.pool.threads())
             .field("isa", &self.isa.name())
             .field("opts", &self.opts)
@@ -92,6 +97,15 @@ impl Program {
     /// Serializes every delegate segment, loads it back through the loader, and plans what the
     /// loader returned. Starts the pool (`opts.threads - 1` workers).
     pub fn new(lowered: &LoweredProgram, opts: &RunOptions) -> Result<Program, RuntimeError> {
+        let pool = Pool::new(opts.threads.max(1), opts.policy).map_err(|e| RuntimeError::Pool(e.to_string()))?;
+        Program::with_pool(lowered, opts.simd, Arc::new(pool))
+    }
+
+    /// As [`Program::new`], on a pool shared with other programs (as ExecuTorch shares one
+    /// threadpool among its delegates): thread count and policy are the pool's. Operators of
+    /// programs sharing a pool take turns on it.
+    pub fn with_pool(lowered: &LoweredProgram, simd: SimdLevel, pool: Arc<Pool>) -> Result<Program, RuntimeError> {
+        let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd };
         let isa = resolve_simd(opts.simd)?;
         let nslots = lowered.slots.len();
         let check_slot = |s: SlotId, what: &str| {
@@ -164,15 +178,7 @@ impl Program {
         for &s in &lowered.outputs {
             last_use[s] = usize::MAX;
         }
-        let pool = Pool::new(opts.threads.max(1), opts.policy).map_err(|e| RuntimeError::Pool(e.to_string()))?;
-        let segments = steps
-            .iter()
-            .filter_map(|s| match s {
-                ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
-                _ => None,
-            })
-            .collect();
-        Ok(Program {
+        let l = Loaded {
             slots: lowered.slots.clone(),
             constants: lowered.constants.clone(),
             inputs: lowered.inputs.clone(),
@@ -180,16 +186,32 @@ impl Program {
             steps,
             payloads,
             last_use,
-            pool,
-            isa,
-            opts: *opts,
-            state: Mutex::new(RunState { segments, scratch: Scratch::default() }),
-        })
+        };
+        Ok(Program::assemble(Arc::new(l), isa, opts, pool))
+    }
+
+    fn assemble(l: Arc<Loaded>, isa: Isa, opts: RunOptions, pool: Arc<Pool>) -> Program {
+        let segments = l
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
+                _ => None,
+            })
+            .collect();
+        Program { l, pool, isa, opts, state: Mutex::new(RunState { segments, scratch: Scratch::default() }) }
+    }
+
+    /// The same loaded program at another SIMD level and pool, without serializing, loading
+    /// and planning again (the plans are shared; run-time buffers are not).
+    pub fn reconfigure(&self, simd: SimdLevel, pool: Arc<Pool>) -> Result<Program, RuntimeError> {
+        let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd };
+        Ok(Program::assemble(self.l.clone(), resolve_simd(simd)?, opts, pool))
     }
 
     /// The serialized payload of each delegate segment, in program order.
     pub fn payloads(&self) -> &[Vec<u8>] {
-        &self.payloads
+        &self.l.payloads
     }
 
     pub fn threads(&self) -> usize {
@@ -207,11 +229,11 @@ impl Program {
 
     /// Runs the program on `inputs` (in graph-input order, each in its slot's memory format).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        if inputs.len() != self.inputs.len() {
-            return Err(RuntimeError::InputCount { expected: self.inputs.len(), found: inputs.len() });
+        if inputs.len() != self.l.inputs.len() {
+            return Err(RuntimeError::InputCount { expected: self.l.inputs.len(), found: inputs.len() });
         }
-        for (index, (t, &s)) in inputs.iter().zip(&self.inputs).enumerate() {
-            self.slots[s].check_tensor(t).map_err(|kind| match kind {
+        for (index, (t, &s)) in inputs.iter().zip(&self.l.inputs).enumerate() {
+            self.l.slots[s].check_tensor(t).map_err(|kind| match kind {
                 GraphErrorKind::DtypeMismatch { expected, found } => {
                     RuntimeError::InputDtype { index, expected, found }
                 }
@@ -221,18 +243,18 @@ impl Program {
                 kind => RuntimeError::BadInput { index, kind },
             })?;
         }
-        let mut slots: Vec<Option<Cow<Tensor>>> = (0..self.slots.len()).map(|_| None).collect();
-        for (t, &s) in inputs.iter().zip(&self.inputs) {
+        let mut slots: Vec<Option<Cow<Tensor>>> = (0..self.l.slots.len()).map(|_| None).collect();
+        for (t, &s) in inputs.iter().zip(&self.l.inputs) {
             slots[s] = Some(Cow::Borrowed(t));
         }
-        for (s, t) in &self.constants {
+        for (s, t) in &self.l.constants {
             slots[*s] = Some(Cow::Borrowed(t));
         }
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let RunState { segments, scratch } = &mut *guard;
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
         let mut seg_i = 0;
-        for (i, st) in self.steps.iter().enumerate() {
+        for (i, st) in self.l.steps.iter().enumerate() {
             let missing =
                 |s: SlotId| RuntimeError::InvalidProgram(format!("step {i} reads slot {s} before it is written"));
             match st {
@@ -240,12 +262,12 @@ impl Program {
                     let mut bound = Vec::with_capacity(inputs.len());
                     for (&s, &vi) in inputs.iter().zip(&plan.input_values) {
                         let t: &Tensor = slots[s].as_deref().ok_or_else(|| missing(s))?;
-                        let ord = handoff_order(&self.slots[s], t.rank());
+                        let ord = handoff_order(&self.l.slots[s], t.rank());
                         let mut dims: Vec<usize> = ord.iter().map(|&d| t.shape[d]).collect();
                         // ExecuTorch serializes a 0-D value as [1] (and `new` accepted only
                         // rank changes between static values of equal size): bind the value's dims.
                         let v = &plan.values[vi];
-                        if dims.len() != v.dims.len() && t.numel() == v.max_numel && !self.slots[s].is_dynamic() {
+                        if dims.len() != v.dims.len() && t.numel() == v.max_numel && !self.l.slots[s].is_dynamic() {
                             dims = v.dims.clone();
                         }
                         bound.push(BoundInput { view: view_of(t), dims });
@@ -264,24 +286,24 @@ impl Program {
                         .iter()
                         .map(|&s| slots[s].as_deref().ok_or_else(|| missing(s)))
                         .collect::<Result<_, _>>()?;
-                    let t = portable::run(&p.op, &ins, &self.slots[p.output])
+                    let t = portable::run(&p.op, &ins, &self.l.slots[p.output])
                         .map_err(|what| RuntimeError::Shape { step: i, what })?;
                     slots[p.output] = Some(Cow::Owned(t));
                 }
             }
             // Free hand-offs nobody reads any more.
             for (s, slot) in slots.iter_mut().enumerate() {
-                if self.last_use[s] == i {
+                if self.l.last_use[s] == i {
                     *slot = None;
                 }
             }
         }
         drop(guard);
-        let mut res = Vec::with_capacity(self.outputs.len());
-        for (k, &s) in self.outputs.iter().enumerate() {
+        let mut res = Vec::with_capacity(self.l.outputs.len());
+        for (k, &s) in self.l.outputs.iter().enumerate() {
             let missing = || RuntimeError::InvalidProgram(format!("output slot {s} never written"));
             // Move the tensor out unless a later output repeats the slot (then copy).
-            let t = if self.outputs[k + 1..].contains(&s) {
+            let t = if self.l.outputs[k + 1..].contains(&s) {
                 slots[s].as_ref().ok_or_else(missing)?.clone().into_owned()
             } else {
                 slots[s].take().ok_or_else(missing)?.into_owned()
@@ -304,7 +326,7 @@ impl Program {
         mut data: Owned,
         dims: &[usize],
     ) -> Result<Tensor, RuntimeError> {
-        let spec = &self.slots[s];
+        let spec = &self.l.slots[s];
         let err = |what: String| RuntimeError::Shape { step, what };
         let ord = handoff_order(spec, dims.len());
         let as_physical = || {
