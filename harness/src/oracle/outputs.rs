@@ -293,10 +293,16 @@ pub fn execute(
     let mut baseline: Option<(String, Vec<Vec<u8>>)> = written.map(|w| ("serializer".to_string(), w.to_vec()));
     let mut failing_configs: Vec<String> = vec![];
     let mut first_detail: Option<String> = None;
+    // Serialized, loaded and planned once per mode; the other configurations share the plans.
+    let mut first: Option<engine::Prepared> = None;
     for (threads, simd) in opts.for_mode(program.mode, &case.threads) {
         {
             let config = format!("{} threads={threads} {}", program.mode.name(), simd.name());
-            let mut prepared = match engine::prepare(program, threads, simd) {
+            let prepared = match &first {
+                Some(p) => p.reconfigure(threads, simd),
+                None => engine::prepare(program, threads, simd),
+            };
+            let mut prepared = match prepared {
                 Ok(p) => p,
                 Err(e) if e.unavailable => return skipped(&e.message),
                 Err(e) => {
@@ -308,8 +314,8 @@ pub fn execute(
             };
             let payloads = prepared.payloads();
             match &baseline {
-                None => baseline = Some((config.clone(), payloads)),
-                Some((c0, p0)) if *p0 != payloads && payload_mismatch.is_none() => {
+                None => baseline = Some((config.clone(), payloads.to_vec())),
+                Some((c0, p0)) if p0 != payloads && payload_mismatch.is_none() => {
                     payload_mismatch = Some(format!("payloads differ between [{c0}] and [{config}]"));
                 }
                 _ => {}
@@ -369,6 +375,9 @@ pub fn execute(
                         }
                     }
                 }
+            }
+            if first.is_none() {
+                first = Some(prepared);
             }
         }
     }
