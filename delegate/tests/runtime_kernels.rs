@@ -438,6 +438,16 @@ fn transposes_of_every_permutation_are_exact() {
         let mut out2 = vec![0f32; x2.len()];
         transpose::transpose(&ctx, View::F32(&x2), &shape2, &[0, 2, 3, 1], ViewMut::F32(&mut out2)).unwrap();
         assert_eq!(out2, permute_naive(&x2, &shape2, &[0, 2, 3, 1]), "{}", label(*isa, pool));
+        // Power-of-two output rows (tiles of 16 rows, several bands of row groups), f32 and int8.
+        let shape3 = [64, 32, 24];
+        let x3 = values(shape3.iter().product(), 29);
+        let mut out3 = vec![0f32; x3.len()];
+        transpose::transpose(&ctx, View::F32(&x3), &shape3, &[2, 0, 1], ViewMut::F32(&mut out3)).unwrap();
+        assert_eq!(out3, permute_naive(&x3, &shape3, &[2, 0, 1]), "{}", label(*isa, pool));
+        let xi3: Vec<i8> = (0..x3.len()).map(|i| (i * 7) as i8).collect();
+        let mut oi3 = vec![0i8; x3.len()];
+        transpose::transpose(&ctx, View::I8(&xi3), &shape3, &[2, 0, 1], ViewMut::I8(&mut oi3)).unwrap();
+        assert_eq!(oi3, permute_naive(&xi3, &shape3, &[2, 0, 1]), "int8 {}", label(*isa, pool));
     }
     let bad = transpose::transpose(
         &Ctx { isa: Isa::SCALAR, pool: &configs[0].1 },

@@ -999,8 +999,11 @@ pub fn transpose_block_f32(
     #[cfg(target_arch = "x86_64")]
     if !isa.is_scalar() {
         (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
-        for r in (0..r8).step_by(8) {
-            for c in (0..c8).step_by(8) {
+        // Destination rows outermost: each group of 8 destination rows is finished before the
+        // next starts, so only 8 of them are live even when their stride maps them all to one
+        // cache set (NCHW planes, power-of-two rows).
+        for c in (0..c8).step_by(8) {
+            for r in (0..r8).step_by(8) {
                 // SAFETY: AVX2 is implied by any non-scalar `Isa`; the block reads rows r..r+8,
                 // cols c..c+8 and writes rows c..c+8, cols r..r+8, inside the extents checked above.
                 unsafe {

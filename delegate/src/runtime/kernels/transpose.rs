@@ -29,10 +29,30 @@ pub fn normalize(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (new_shape, new_perm)
 }
 
-/// Tile: output rows per tile, and output columns per tile (long enough that each output
-/// row segment fills whole cache lines when the output stride is a power of two).
-const TILE: usize = 16;
-const TILE_W: usize = 16;
+/// Row groups walked together across the columns (see `transpose_with`).
+const BAND_GROUPS: usize = 8;
+
+/// Largest tile side: a 64 x 64 tile of 4-byte elements is 16 KiB, half of L1.
+const TILE_MAX: usize = 64;
+
+/// Side of a tile along dim whose rows are `stride_bytes` apart: as many rows as fit in L1
+/// without more than 8 of them (L1's associativity) falling into one cache set. Rows whose
+/// stride is a multiple of 4 KiB (NCHW planes, power-of-two rows) all share a set, so such a
+/// dim gets 8; a 384-byte stride cycles through 32 sets, so 64 rows fit. Long rows in a tile
+/// also mean long contiguous runs for the prefetcher when the other side is DRAM-bound.
+fn tile_side(stride_bytes: usize) -> usize {
+    const WAY_BYTES: usize = 4096; // L1 size / associativity on current x86 cores
+    let period = WAY_BYTES / gcd(stride_bytes.max(1), WAY_BYTES);
+    (8 * period).clamp(16, TILE_MAX)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
 
 /// Transposes `x` (row-major `shape`) by `perm` into `out`.
 pub fn transpose_typed<T: Copy + Default + Send + Sync>(
@@ -81,7 +101,11 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
         off
     };
     let bdim = oshape[r - 2];
-    ctx.par_chunks(&mut out[..n], bytes, inner * if tiled { TILE } else { 1 }, false, |start, chunk| {
+    let esize = std::mem::size_of::<T>();
+    // Output rows per tile (their stride is `inner`) and output columns per tile (input rows,
+    // `inner_stride` apart).
+    let (tile_h, tile_w) = (tile_side(inner * esize), tile_side(inner_stride * esize));
+    ctx.par_chunks(&mut out[..n], bytes, inner * if tiled { tile_h } else { 1 }, false, |start, chunk| {
         let row0 = start / inner;
         let nrows = chunk.len() / inner;
         if inner_stride == 1 {
@@ -90,40 +114,48 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
                 chunk[k * inner..(k + 1) * inner].copy_from_slice(&x[b..b + inner]);
             }
         } else if tiled {
-            // Rows row0.. step dim r-2 of the output, whose input stride is 1: copy TILE x TILE_W
-            // blocks so both the reads and the writes stay within a few cache lines.
-            let mut buf = [[T::default(); TILE_W]; TILE];
+            // Rows row0.. step dim r-2 of the output, whose input stride is 1: copy tile_h x tile_w
+            // blocks so both the reads and the writes stay within L1.
+            let mut buf = [[T::default(); TILE_MAX]; TILE_MAX];
+            // Row groups (first row in the chunk, height, input offset), each within one
+            // output plane.
+            let mut groups = Vec::new();
             let mut k = 0;
             while k < nrows {
                 let row = row0 + k;
-                let j = row % bdim;
-                let h = TILE.min(bdim - j).min(nrows - k);
-                let b = row_base(row);
+                let h = tile_h.min(bdim - row % bdim).min(nrows - k);
+                groups.push((k, h, row_base(row)));
+                k += h;
+            }
+            // Bands of row groups, columns within a band: a band's input columns (`h` elements
+            // of each input row) and output rows stay in L1/L2 while the band is walked across.
+            for band in groups.chunks(BAND_GROUPS) {
                 let mut i0 = 0;
                 while i0 < inner {
-                    let w = TILE_W.min(inner - i0);
-                    // Input rows i0.. (h contiguous elements each) become output columns.
-                    if let Some(fast) = tile_f32 {
-                        fast(x, b + i0 * inner_stride, inner_stride, w, h, chunk, k * inner + i0, inner);
-                    } else {
-                        // Through a TILE x TILE_W buffer: every row segment is read or written
-                        // whole, once, so power-of-two strides (NCHW planes) that map a tile's
-                        // rows to one cache set cost no repeated misses.
-                        #[allow(clippy::needless_range_loop)]
-                        for ii in 0..w {
-                            let at = b + (i0 + ii) * inner_stride;
-                            for (jj, &v) in x[at..at + h].iter().enumerate() {
-                                buf[jj][ii] = v;
+                    let w = tile_w.min(inner - i0);
+                    for &(k, h, b) in band {
+                        // Input rows i0.. (h contiguous elements each) become output columns.
+                        if let Some(fast) = tile_f32 {
+                            fast(x, b + i0 * inner_stride, inner_stride, w, h, chunk, k * inner + i0, inner);
+                        } else {
+                            // Through a tile buffer: every row segment is read or written
+                            // whole, once, so power-of-two strides (NCHW planes) that map a
+                            // tile's rows to one cache set cost no repeated misses.
+                            #[allow(clippy::needless_range_loop)]
+                            for ii in 0..w {
+                                let at = b + (i0 + ii) * inner_stride;
+                                for (jj, &v) in x[at..at + h].iter().enumerate() {
+                                    buf[jj][ii] = v;
+                                }
                             }
-                        }
-                        for (jj, row) in buf.iter().enumerate().take(h) {
-                            let at = (k + jj) * inner + i0;
-                            chunk[at..at + w].copy_from_slice(&row[..w]);
+                            for (jj, row) in buf.iter().enumerate().take(h) {
+                                let at = (k + jj) * inner + i0;
+                                chunk[at..at + w].copy_from_slice(&row[..w]);
+                            }
                         }
                     }
                     i0 += w;
                 }
-                k += h;
             }
         } else {
             for k in 0..nrows {
