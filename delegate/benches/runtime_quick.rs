@@ -52,8 +52,14 @@ fn main() {
     println!("isa {}", isa.name());
     let budget = Duration::from_millis(600);
     let pools: Vec<Pool> = [1, 2].into_iter().map(|t| Pool::new(t, ThreadPolicy::CostModel).unwrap()).collect();
-    let means: [(&str, &[usize], &[usize]); 6] = [
+    // Rooflines: a whole-tensor mean is a pure streaming read, so "mean all" at the same
+    // footprint is the read rate the other means are held to; 256 KiB fits one core's L2
+    // (512 KiB on this machine), 1 MiB does not and streams from L3.
+    let means: [(&str, &[usize], &[usize]); 9] = [
+        ("mean last_dim 1x32x2048 (256 KiB, L2-resident)", &[1, 32, 2048], &[2]),
+        ("mean all 64Ki (256 KiB, L2 read roofline)", &[1 << 16], &[0]),
         ("mean last_dim 1x128x2048", &[1, 128, 2048], &[2]),
+        ("mean all 256Ki (1 MiB, read roofline)", &[1 << 18], &[0]),
         ("mean last_dim 8192x2048 (64 MiB)", &[8192, 2048], &[1]),
         ("mean all 16Mi (64 MiB)", &[16 << 20], &[0]),
         ("mean innermost 8x4096x64 dim 2", &[8, 4096, 64], &[2]),
@@ -124,6 +130,38 @@ fn main() {
             report(&format!("convert f32->f16 1Mi t{}", pool.threads()), n * 6, t);
             let t = time(budget, || convert::convert(&ctx, View::F32(&x), ViewMut::Bf16(&mut ob), None).unwrap());
             report(&format!("convert f32->bf16 1Mi t{}", pool.threads()), n * 6, t);
+        }
+    }
+    if run("inline") {
+        // The CostModel inline threshold, measured: a last-dim mean (rows of 2,048 floats, so
+        // the op is bandwidth-bound like the ops it decides for) run inline on the caller vs
+        // split in two halves on the 2-thread pool. The split starts paying at the smallest
+        // size whose ratio drops below 1; `pool::INLINE_BYTES` is set from this.
+        let inline_pool = &pools[0];
+        let ctx1 = Ctx { isa, pool: inline_pool };
+        for kib in [16usize, 32, 48, 64, 96, 128, 192, 256, 512] {
+            let rows = kib * 1024 / 4 / 2048;
+            let shape = [rows.max(2), 2048];
+            let x = data(shape[0] * 2048);
+            let mut out = vec![0f32; shape[0]];
+            let t1 = time(budget / 2, || mean::mean_f32(&ctx1, black_box(&x), &shape, &[1], &mut out).unwrap());
+            let half = shape[0] / 2;
+            let outs = std::sync::Mutex::new(vec![0f32; shape[0]]);
+            let t2 = time(budget / 2, || {
+                pools[1].run_tasks(2, &|t| {
+                    let (lo, hi) = if t == 0 { (0, half) } else { (half, shape[0]) };
+                    let mut o = vec![0f32; hi - lo];
+                    mean::mean_f32(&ctx1, &x[lo * 2048..hi * 2048], &[hi - lo, 2048], &[1], &mut o).unwrap();
+                    outs.lock().unwrap()[lo..hi].copy_from_slice(&o);
+                })
+            });
+            println!(
+                "{:58} inline {:>8.2} us  split {:>8.2} us  split / inline = {:.2}",
+                format!("inline threshold: mean of {} KiB", shape[0] * 8),
+                t1.0 * 1e6,
+                t2.0 * 1e6,
+                t2.0 / t1.0
+            );
         }
     }
     if run("rmsnorm") {

@@ -70,10 +70,10 @@ fn pools_splitting_mid_row(outputs: usize, bytes: usize, w: usize) -> Vec<Pool> 
 
 #[test]
 fn column_mean_f32_is_right_when_a_thread_chunk_starts_mid_row() {
-    // [3, 100, 100]: 300 outputs in rows of 100, 120 KB (above the cost model's inline
-    // threshold): CostModel splits at 192 (row 1, column 92), PerOutputTasks every 64.
-    // [3, 128, 300]: rows of 300, CostModel splits at 512 (row 1, column 212).
-    for (a, n, w) in [(3usize, 100usize, 100usize), (3, 128, 300)] {
+    // [3, 256, 100]: 300 outputs in rows of 100, 300 KiB (above the cost model's 256 KiB
+    // inline threshold): CostModel splits at 192 (row 1, column 92), PerOutputTasks every 64.
+    // [3, 128, 300]: rows of 300, 450 KiB, CostModel splits at 512 (row 1, column 212).
+    for (a, n, w) in [(3usize, 256usize, 100usize), (3, 128, 300)] {
         let x = values(a * n * w, (a * n * w) as u64);
         let xd: Vec<f64> = x.iter().map(|&v| v as f64).collect();
         let (want, abs) = column_means(&xd, a, n, w);
@@ -104,10 +104,10 @@ fn column_mean_f32_is_right_when_a_thread_chunk_starts_mid_row() {
 fn column_mean_qs8_is_exact_when_a_thread_chunk_starts_mid_row() {
     let qi = Quant { scale: 0.0625, zero_point: 3 };
     let qo = Quant { scale: 0.0625, zero_point: 1 };
-    // Counts 512 and 128 (powers of two) and power-of-two scales: the multiplier is exact.
-    // Sizes above the 96 KiB inline threshold in int8 bytes, so the cost model splits too
+    // Counts 1024 and 512 (powers of two) and power-of-two scales: the multiplier is exact.
+    // Sizes above the 256 KiB inline threshold in int8 bytes, so the cost model splits too
     // (at 192 and at 512, both inside a row).
-    for (a, n, w) in [(3usize, 512usize, 100usize), (3, 128, 300)] {
+    for (a, n, w) in [(3usize, 1024usize, 100usize), (3, 512, 300)] {
         let x: Vec<i8> = values(a * n * w, 7 + w as u64).iter().map(|&v| (v * 60.0) as i8).collect();
         let centered: Vec<f64> = x.iter().map(|&q| (q as i32 - qi.zero_point) as f64).collect();
         let (mean_units, _) = column_means(&centered, a, n, w);

@@ -18,8 +18,12 @@ use std::time::{Duration, Instant};
 const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
 
 /// Below this many bytes touched, `CostModel` runs an operator inline: splitting saves less
-/// than a dispatch plus the cache traffic of a second core (measured with the RMSNorm sweep).
-pub const INLINE_BYTES: usize = 96 * 1024;
+/// than a dispatch plus moving the data to a second core's L2. Measured on this project's
+/// 2-core machine: an isolated mean already splits profitably from 64 KiB
+/// (`cargo bench -p delegate --bench runtime_quick -- inline`), but inside a program
+/// (RMSNorm, `-- rmsnorm`) splitting every op at 64 or 128 KiB made 1x8x2048 and 1x16x1024
+/// 1.3-1.5x slower at 2 threads, and at 256 KiB none of the sizes is slower.
+pub const INLINE_BYTES: usize = 256 * 1024;
 
 /// CPUs this process may run on (affinity and cgroup quota), read once: the query reads
 /// files under /sys.
@@ -48,6 +52,9 @@ struct Shared {
     shutdown: AtomicBool,
     /// Per worker: parked (or about to park) and needs an unpark.
     sleeping: Vec<AtomicBool>,
+    /// Per task of a dispatch with at most `AFFINE_TASKS` tasks: claimed.
+    claimed: [AtomicBool; AFFINE_TASKS],
+    threads: usize,
     /// `SPIN_BEFORE_PARK`, or zero when the pool has more threads than available CPUs.
     spin: Duration,
 }
@@ -73,6 +80,8 @@ impl Pool {
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleeping: (0..n_workers).map(|_| AtomicBool::new(false)).collect(),
+            claimed: std::array::from_fn(|_| AtomicBool::new(false)),
+            threads: n_workers + 1,
             spin: if available_cpus() >= threads { SPIN_BEFORE_PARK } else { Duration::ZERO },
         });
         let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), policy, dispatch: Mutex::new(()) };
@@ -119,6 +128,9 @@ impl Pool {
                 s.completed.store(0, Ordering::Relaxed);
                 s.done.store(0, Ordering::Relaxed);
                 s.panicked.store(false, Ordering::Relaxed);
+                for c in &s.claimed[..n_tasks.min(AFFINE_TASKS)] {
+                    c.store(false, Ordering::Relaxed);
+                }
                 slot.epoch += 1;
                 slot.job = Some(job.clone());
                 slot.n_tasks = n_tasks;
@@ -130,7 +142,7 @@ impl Pool {
                     h.thread().unpark();
                 }
             }
-            run_share(s, job, n_tasks);
+            run_share(s, job, n_tasks, 0);
             let mut spins = 0u32;
             while s.completed.load(Ordering::Acquire) < n_tasks
                 || (barrier && s.done.load(Ordering::Acquire) < self.workers.len())
@@ -154,18 +166,40 @@ impl Pool {
     }
 }
 
+/// Dispatches of at most this many tasks keep tasks on threads (see `run_share`).
+const AFFINE_TASKS: usize = 64;
+
 /// Claims tasks until none is left; a panicking task still counts as completed (the caller
 /// re-raises it) so nobody waits forever.
-fn run_share(s: &Shared, job: &JobRef, n: usize) {
+///
+/// Up to `AFFINE_TASKS` tasks, thread `me` starts at its own share (`me * n / threads`), as
+/// pthreadpool does, then steals what is still unclaimed: consecutive operators split the
+/// same way then hand each thread the same part of the data, which stays in that core's L2
+/// (with first-come claiming the halves of an L2-sized tensor swapped cores at random,
+/// which cost more than the split saved). Larger dispatches claim from one counter.
+fn run_share(s: &Shared, job: &JobRef, n: usize, me: usize) {
+    let run = |i: usize| {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.call(i))).is_err() {
+            s.panicked.store(true, Ordering::Release);
+        }
+        s.completed.fetch_add(1, Ordering::Release);
+    };
+    if n <= AFFINE_TASKS {
+        let first = me * n / s.threads;
+        for k in 0..n {
+            let i = (first + k) % n;
+            if !s.claimed[i].swap(true, Ordering::AcqRel) {
+                run(i);
+            }
+        }
+        return;
+    }
     loop {
         let i = s.next.fetch_add(1, Ordering::AcqRel);
         if i >= n {
             break;
         }
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.call(i))).is_err() {
-            s.panicked.store(true, Ordering::Release);
-        }
-        s.completed.fetch_add(1, Ordering::Release);
+        run(i);
     }
 }
 
@@ -204,7 +238,7 @@ fn worker(s: Arc<Shared>, w: usize) {
         };
         seen = epoch;
         if let Some(job) = job {
-            run_share(&s, &job, n);
+            run_share(&s, &job, n, w + 1);
             drop(job);
         }
         s.done.fetch_add(1, Ordering::Release);

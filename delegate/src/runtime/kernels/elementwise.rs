@@ -78,8 +78,13 @@ fn binary_f32(
     let (ia, ib) = (sa[r - 1], sb[r - 1]);
     let isa = ctx.isa;
     let bytes = 3 * out.len() * 4;
-    ctx.par_chunks(out, bytes, inner.max(64).div_ceil(inner) * inner, false, |start, chunk| {
-        for (row, o) in (start / inner..).zip(chunk.chunks_mut(inner)) {
+    // Chunks may start and end inside a row: same-shape operands merge into one long row,
+    // which must still split across threads.
+    ctx.par_chunks(out, bytes, 1024, false, |start, chunk| {
+        let mut done = 0;
+        while done < chunk.len() {
+            let (row, col) = ((start + done) / inner, (start + done) % inner);
+            let len = (inner - col).min(chunk.len() - done);
             let (mut oa, mut ob, mut rem) = (0, 0, row);
             for k in (0..r - 1).rev() {
                 let i = rem % dims[k];
@@ -87,15 +92,15 @@ fn binary_f32(
                 oa += i * sa[k];
                 ob += i * sb[k];
             }
+            let o = &mut chunk[done..done + len];
+            let (ca, cb) = (oa + col * ia, ob + col * ib);
             match (ia, ib) {
-                (0, 0) => {
-                    let v = apply(op, a[oa], b[ob]);
-                    o.fill(v);
-                }
-                (_, 0) => simd::bin_vs(isa, op, &a[oa..oa + inner], b[ob], o),
-                (0, _) => simd::bin_sv(isa, op, a[oa], &b[ob..ob + inner], o),
-                _ => simd::bin_vv(isa, op, &a[oa..oa + inner], &b[ob..ob + inner], o),
+                (0, 0) => o.fill(apply(op, a[oa], b[ob])),
+                (_, 0) => simd::bin_vs(isa, op, &a[ca..ca + len], b[ob], o),
+                (0, _) => simd::bin_sv(isa, op, a[oa], &b[cb..cb + len], o),
+                _ => simd::bin_vv(isa, op, &a[ca..ca + len], &b[cb..cb + len], o),
             }
+            done += len;
         }
     });
 }
