@@ -29,6 +29,8 @@ use std::io::IsTerminal;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Command-line arguments of `harness fuzz`.
@@ -76,6 +78,10 @@ pub struct FuzzArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// A case still running after this many seconds is saved as `hang-<hash>.json` and the
+    /// job exits with status 3 (0: no watchdog).
+    #[arg(long, default_value_t = 30.0)]
+    pub case_timeout: f64,
     /// Write cargo-fuzz seed corpora built from corpora/ into this folder, then exit.
     #[arg(long, value_name = "DIR")]
     pub export_fuzz_corpus: Option<PathBuf>,
@@ -97,6 +103,9 @@ pub struct Campaign {
     pub full_matrix: bool,
     pub patterns: Vec<Pattern>,
     pub dtypes: Vec<ElemType>,
+    /// A case running longer than this is saved (when `out_dir` is set) and ends the process
+    /// with status 3: see [`Watchdog`].
+    pub case_timeout: Option<Duration>,
 }
 
 impl Default for Campaign {
@@ -114,7 +123,93 @@ impl Default for Campaign {
             full_matrix: false,
             patterns: vec![],
             dtypes: vec![],
+            case_timeout: Some(Duration::from_secs(30)),
         }
+    }
+}
+
+/// Watches the case in progress from a second thread. A hang (a deadlocked pool, a kernel
+/// looping forever) cannot be caught like a panic; without this a nightly run would be
+/// killed by CI's job timeout with the case lost. `on_hang` gets the case, its index and how
+/// long it has run, once.
+pub struct Watchdog {
+    current: Arc<Mutex<Option<(Case, u64, Instant)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    pub fn start(timeout: Duration, on_hang: impl Fn(&Case, u64, Duration) + Send + 'static) -> Watchdog {
+        let current: Arc<Mutex<Option<(Case, u64, Instant)>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (cur, st) = (current.clone(), stop.clone());
+        let tick = (timeout / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let thread = std::thread::Builder::new()
+            .name("fuzz-watchdog".into())
+            .spawn(move || {
+                while !st.load(Ordering::Acquire) {
+                    std::thread::park_timeout(tick);
+                    let hung = {
+                        let mut c = cur.lock().unwrap_or_else(|e| e.into_inner());
+                        match c.as_ref() {
+                            Some((_, _, t0)) if t0.elapsed() >= timeout => c.take(),
+                            _ => None,
+                        }
+                    };
+                    if let Some((case, index, t0)) = hung {
+                        on_hang(&case, index, t0.elapsed());
+                    }
+                }
+            })
+            .ok();
+        Watchdog { current, stop, thread }
+    }
+
+    /// `case` (number `index`) starts now.
+    pub fn watch(&self, case: &Case, index: u64) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((case.clone(), index, Instant::now()));
+    }
+
+    /// No case is running.
+    pub fn clear(&self) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the fuzz job does with a hung case: save it as `hang-<hash>.json` (not minimized:
+/// every candidate could hang too), say how to replay it, and exit with status 3.
+fn hang_handler(c: &Campaign) -> impl Fn(&Case, u64, Duration) + Send + 'static {
+    let (dir, seed) = (c.out_dir.clone(), c.seed);
+    move |case, index, ran| {
+        let label = "hang/timeout";
+        eprintln!("\nHANG case #{index} still running after {ran:.1?}: {}", case.to_json());
+        let mut report = CaseReport::default();
+        report.checks.push(oracle::Check {
+            oracle: oracle::OracleKind::Panic,
+            scope: "case".into(),
+            verdict: oracle::Verdict::fail("timeout", format!("still running after {ran:.1?}")),
+        });
+        if let Some(dir) = &dir {
+            match save_regression(dir, case, label, &format!("harness fuzz --seed {seed} (case #{index})"), &report) {
+                Ok(p) => eprintln!(
+                    "  saved to {}; replay with: cargo run --release -p harness -- replay {}",
+                    p.display(),
+                    p.display()
+                ),
+                Err(e) => eprintln!("error: could not save the hung case: {e:#}"),
+            }
+        }
+        std::process::exit(3);
     }
 }
 
@@ -207,6 +302,7 @@ fn campaign_inner(c: &Campaign) -> Outcome {
     let plain_status = c.progress && !std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
     let mut index = shard;
+    let watchdog = c.case_timeout.map(|t| Watchdog::start(t, hang_handler(c)));
     loop {
         if c.max_cases.is_some_and(|m| outcome.coverage.cases >= m) {
             break;
@@ -226,7 +322,14 @@ fn campaign_inner(c: &Campaign) -> Outcome {
             }
             continue;
         }
+        if let Some(w) = &watchdog {
+            w.watch(&case, this);
+        }
         let report = check_caught(&case, &loop_options(c.full_matrix, this));
+        if let Some(w) = &watchdog {
+            // Minimizing a failure runs many cases and may take longer than one case.
+            w.clear();
+        }
         outcome.coverage.record(&case, &report);
         if let Some(label) = failure_label(&report) {
             if let Some(b) = &bar {
@@ -553,6 +656,11 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         full_matrix: args.full_matrix,
         patterns: args.patterns.iter().map(|p| parse_pattern(p)).collect::<Result<_>>()?,
         dtypes: args.dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<_>>()?,
+        case_timeout: match args.case_timeout {
+            t if t > 0.0 && t.is_finite() => Some(Duration::from_secs_f64(t)),
+            t if t == 0.0 => None,
+            t => bail!("--case-timeout must be a number of seconds, 0 to disable (got {t})"),
+        },
     };
     let limit = match (campaign.max_cases, campaign.duration) {
         (Some(n), Some(d)) => format!("{n} cases or {:.0} s", d.as_secs_f64()),
@@ -617,6 +725,27 @@ mod tests {
         assert!(parse_pattern("rmsnorm").is_err());
         assert_eq!(parse_dtype("bf16").unwrap(), ElemType::Bf16);
         assert_eq!(parse_dtype("fp16").unwrap(), ElemType::F16);
+    }
+
+    #[test]
+    fn the_watchdog_reports_a_case_past_its_timeout_once_and_not_a_finished_one() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = Watchdog::start(Duration::from_millis(40), move |case: &Case, index, ran| {
+            tx.send((case.to_json(), index, ran)).unwrap();
+        });
+        let quick = Case::new(Pattern::Mean, &[4, 4], &[1], true);
+        w.watch(&quick, 1);
+        w.clear();
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(rx.try_recv().is_err(), "a case that finished in time was reported");
+        let slow = Case::new(Pattern::Gap, &[1, 2, 3, 3], &[2, 3], true);
+        w.watch(&slow, 7);
+        let (json, index, ran) = rx.recv_timeout(Duration::from_secs(5)).expect("the hung case is reported");
+        assert_eq!((json, index), (slow.to_json(), 7));
+        assert!(ran >= Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(rx.try_recv().is_err(), "reported twice");
+        drop(w);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!   SIMD and fallback paths, within a derived per-dtype tolerance;
 //! - [`errors`]: both sides accept and reject the same graphs and runs, with the same
 //!   [`reference::graph::ErrorClass`];
-//! - [`bytes`]: serialization is deterministic (twice, and at every thread count), load then
+//! - [`bytes`]: serialization is deterministic (three writes per segment), load then
 //!   re-serialize is the identity, GAP-only programs are identical across modes;
 //! - [`structure`]: each mode's summary obeys the mode's rules.
 //!

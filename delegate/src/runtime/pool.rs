@@ -1,6 +1,8 @@
-//! One persistent thread pool per program. Workers spin on an epoch counter for a bounded
-//! time (dispatch then costs about 0.2 us on this machine), then park (a wake costs 25-40 us),
-//! so back-to-back operators never pay a wake-up and an idle program burns no CPU.
+//! A persistent thread pool, one per program or shared by several (`Program::with_pool`,
+//! as ExecuTorch shares one threadpool among its delegates). Workers spin on an epoch
+//! counter for a bounded time (dispatch then costs about 0.2 us on this machine), then park
+//! (a wake costs 25-40 us), so back-to-back operators never pay a wake-up and an idle
+//! program burns no CPU.
 //!
 //! `threads == 1` creates no worker at all: every job runs inline on the caller.
 

@@ -3,8 +3,9 @@
 //! - every delegate segment serializes to the same bytes twice (`nondeterministic`);
 //! - loading those bytes and serializing what the loader returned gives the same bytes
 //!   (`reload_differs`, or `load_failed` when our own payload does not load);
-//! - the runtime loads the same bytes at every thread count and SIMD path
-//!   (`thread_dependent`, checked while running, see `outputs::execute`);
+//! - the runtime's own serialization (a third write, when `outputs::execute` loads the
+//!   program once per mode; its other configurations share those bytes) gives the same bytes
+//!   (`thread_dependent`, the label kept from when every configuration wrote its own);
 //! - a program whose every mean is GAP-eligible is byte-identical in every mode
 //!   (`gap_modes_differ`): the change must not touch GAP programs.
 
