@@ -182,35 +182,11 @@ fn input_for(g: &Graph, k: usize, shape: Option<&[usize]>, seed: u64) -> Tensor 
     generate(&spec, seed, &DataOptions::default())
 }
 
+/// Every configuration twice: a program of its own (`Program::new`, its own pool) and the
+/// same lowering loaded once per mode and reconfigured onto pools shared by every program
+/// (`Program::with_pool`, `Program::reconfigure`), as the harness runs them.
 #[test]
 fn every_pattern_in_every_mode_matches_the_reference() {
-    let configs = configs();
-    for (name, graph, bf16) in patterns() {
-        let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 7 + k as u64)).collect();
-        let want = reference::eval::run(&graph, &inputs).unwrap_or_else(|e| panic!("{name}: oracle: {e}"));
-        for mode in LoweringMode::ALL {
-            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 })
-                .unwrap_or_else(|e| panic!("{name} {mode}: lowering: {e}"));
-            for opts in &configs {
-                let what = format!("{name} {mode} {opts:?}");
-                let p = Program::new(&lowered, opts).unwrap_or_else(|e| panic!("{what}: load: {e}"));
-                // Twice: the second run reuses the blocks and the pool.
-                for _ in 0..2 {
-                    let got = p.run(&inputs).unwrap_or_else(|e| panic!("{what}: run: {e}"));
-                    assert_eq!(got.len(), want.len(), "{what}");
-                    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-                        compare(g, w, &format!("{what} output {k}"));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `Program::reconfigure` and `Program::with_pool`: one load per mode, every configuration on
-/// pools shared by all programs (as the harness runs them), each matching the reference.
-#[test]
-fn reconfigured_programs_on_shared_pools_match_the_reference() {
     use delegate::runtime::pool::Pool;
     use std::sync::Arc;
     let configs = configs();
@@ -225,14 +201,19 @@ fn reconfigured_programs_on_shared_pools_match_the_reference() {
             let base = Program::with_pool(&lowered, configs[0].simd, pools[0].clone())
                 .unwrap_or_else(|e| panic!("{name} {mode}: load: {e}"));
             for (opts, pool) in configs.iter().zip(&pools) {
-                let what = format!("{name} {mode} reconfigured {opts:?}");
-                let p = base.reconfigure(opts.simd, pool.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
-                assert_eq!(p.options(), *opts, "{what}");
-                assert_eq!(p.payloads(), base.payloads(), "{what}");
-                let got = p.run(&inputs).unwrap_or_else(|e| panic!("{what}: run: {e}"));
-                assert_eq!(got.len(), want.len(), "{what}");
-                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-                    compare(g, w, &format!("{what} output {k}"));
+                let what = format!("{name} {mode} {opts:?}");
+                let own = Program::new(&lowered, opts).unwrap_or_else(|e| panic!("{what}: load: {e}"));
+                let shared = base.reconfigure(opts.simd, pool.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(shared.options(), *opts, "{what}");
+                assert_eq!(shared.payloads(), own.payloads(), "{what}");
+                // The own program runs twice: the second run reuses its blocks and its pool.
+                for (p, how) in [(&own, "own pool"), (&shared, "reconfigured, shared pool"), (&own, "own pool, again")]
+                {
+                    let got = p.run(&inputs).unwrap_or_else(|e| panic!("{what} {how}: run: {e}"));
+                    assert_eq!(got.len(), want.len(), "{what} {how}");
+                    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                        compare(g, w, &format!("{what} {how} output {k}"));
+                    }
                 }
             }
         }
