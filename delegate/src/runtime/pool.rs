@@ -57,7 +57,7 @@ struct Shared {
     /// Per task of a dispatch with at most `AFFINE_TASKS` tasks: claimed.
     claimed: [AtomicBool; AFFINE_TASKS],
     threads: usize,
-    /// `SPIN_BEFORE_PARK`, or zero when the pool has more threads than available CPUs.
+    /// How long an idle worker spins (zero when the pool has more threads than CPUs).
     spin: Duration,
 }
 
@@ -72,6 +72,15 @@ pub struct Pool {
 impl Pool {
     /// A pool with `threads - 1` workers (the caller is thread 0).
     pub fn new(threads: usize, policy: ThreadPolicy) -> std::io::Result<Pool> {
+        Pool::with_spin(threads, policy, SPIN_BEFORE_PARK)
+    }
+
+    /// As [`Pool::new`], with idle workers spinning for `spin` before they park. A caller
+    /// that dispatches every millisecond or so (the fuzz loop: one multi-threaded run per
+    /// case, the reference and the lowering in between) pays a 25-40 us wake-up per run
+    /// unless the spin outlasts the gap. Still no spin when the pool has more threads than
+    /// CPUs.
+    pub fn with_spin(threads: usize, policy: ThreadPolicy, spin: Duration) -> std::io::Result<Pool> {
         let n_workers = threads.max(1) - 1;
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
@@ -84,7 +93,7 @@ impl Pool {
             sleeping: (0..n_workers).map(|_| AtomicBool::new(false)).collect(),
             claimed: std::array::from_fn(|_| AtomicBool::new(false)),
             threads: n_workers + 1,
-            spin: if available_cpus() >= threads { SPIN_BEFORE_PARK } else { Duration::ZERO },
+            spin: if available_cpus() >= threads { spin } else { Duration::ZERO },
         });
         let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), policy, dispatch: Mutex::new(()) };
         for w in 0..n_workers {
