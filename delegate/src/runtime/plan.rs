@@ -69,6 +69,17 @@ pub enum Owned {
 }
 
 impl Owned {
+    /// `n` zeros, written by the pool's threads (see `simd::zeros_par`).
+    pub fn zeros_par(pool: &crate::runtime::pool::Pool, dt: Dt, n: usize) -> Owned {
+        match dt {
+            Dt::F32 => Owned::F32(simd::zeros_par(pool, n)),
+            Dt::F16 => Owned::F16(simd::zeros_par(pool, n)),
+            Dt::Bf16 => Owned::Bf16(simd::zeros_par(pool, n)),
+            Dt::I8 => Owned::I8(simd::zeros_par(pool, n)),
+            Dt::I32 => Owned::I32(simd::zeros_par(pool, n)),
+        }
+    }
+
     pub fn zeros(dt: Dt, n: usize) -> Owned {
         match dt {
             Dt::F32 => Owned::F32(vec![0.0; n]),
@@ -623,7 +634,7 @@ impl SegmentPlan {
             let mut taken_out: Option<(usize, Owned)> = None;
             match ov.loc {
                 Loc::Block(b) => taken_block = Some((b, std::mem::take(&mut state.blocks[b]))),
-                Loc::Output(k) => taken_out = Some((k, Owned::zeros(ov.dt, on))),
+                Loc::Output(k) => taken_out = Some((k, Owned::zeros_par(ctx.pool, ov.dt, on))),
                 _ => return Err(RuntimeError::InvalidProgram(format!("node {} writes a read-only value", n.index))),
             }
             let result = {
