@@ -657,8 +657,8 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         patterns: args.patterns.iter().map(|p| parse_pattern(p)).collect::<Result<_>>()?,
         dtypes: args.dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<_>>()?,
         case_timeout: match args.case_timeout {
+            0.0 => None,
             t if t > 0.0 && t.is_finite() => Some(Duration::from_secs_f64(t)),
-            t if t == 0.0 => None,
             t => bail!("--case-timeout must be a number of seconds, 0 to disable (got {t})"),
         },
     };

@@ -151,7 +151,7 @@ impl Kill {
     pub fn best(&self) -> Option<&Attempt> {
         let mut best: Option<&Attempt> = None;
         for a in std::iter::once(&self.fuzz).chain(self.gate.as_ref()) {
-            if a.killed && best.map_or(true, |b| a.ms < b.ms) {
+            if a.killed && best.is_none_or(|b| a.ms < b.ms) {
                 best = Some(a);
             }
         }

@@ -704,7 +704,7 @@ pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKi
                 shape.iter().filter(|&&s| s > 0).try_fold(1usize, |a, &s| a.checked_mul(s as usize)).ok_or_else(bad)?;
             let mut dims: Vec<usize> = shape.iter().map(|&s| s.max(0) as usize).collect();
             if let Some(&i) = infer_at.first() {
-                if known == 0 || n % known != 0 {
+                if known == 0 || !n.is_multiple_of(known) {
                     return Err(bad());
                 }
                 dims[i] = n / known;

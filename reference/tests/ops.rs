@@ -560,7 +560,7 @@ fn run_all_gives_every_node_in_its_format() {
     let m = g.mean(y, &[1], false);
     let graph = g.finish(&[m]).unwrap();
     let xin = tensor(ElemType::F32, &[1, 2, 1, 2], &[1.0, 2.0, 3.0, 4.0]).to_format(MemoryFormat::ChannelsLast);
-    let all = reference::eval::run_all(&graph, &[xin.clone()]).unwrap();
+    let all = reference::eval::run_all(&graph, std::slice::from_ref(&xin)).unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(all[0], xin);
     assert_eq!(all[1].format, MemoryFormat::ChannelsLast);

@@ -144,7 +144,7 @@ impl<'a> Emitter<'a> {
                 return k as u32;
             }
         }
-        while self.xg.constant_bytes.len() % 16 != 0 {
+        while !self.xg.constant_bytes.len().is_multiple_of(16) {
             self.xg.constant_bytes.push(0);
         }
         let offset = self.xg.constant_bytes.len() as u64;

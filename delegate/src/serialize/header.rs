@@ -140,7 +140,7 @@ impl XnnHeader {
             });
         }
         let cd_end = (h.constant_data_offset as u64).checked_add(h.constant_data_size);
-        if cd_end.map_or(true, |e| e > len) {
+        if cd_end.is_none_or(|e| e > len) {
             return Err(LoadError::Header {
                 offset: 22,
                 field: "constant_data_size",

@@ -271,7 +271,7 @@ fn decode_constants(
                 if offset == u64::MAX {
                     return Err(bad("offset UINT64_MAX without a named key"));
                 }
-                if offset.checked_add(size).map_or(true, |end| end > region) {
+                if offset.checked_add(size).is_none_or(|end| end > region) {
                     return Err(bad("lies outside the constant region"));
                 }
             }

@@ -129,7 +129,7 @@ impl<'a> PteFile<'a> {
                     key: key.to_string(),
                     reason: format!("needs {} bytes, the segment holds {}", c.size, data.len()),
                 })?;
-            while g.constant_bytes.len() % 16 != 0 {
+            while !g.constant_bytes.len().is_multiple_of(16) {
                 g.constant_bytes.push(0);
             }
             c.offset = g.constant_bytes.len() as u64;
@@ -181,7 +181,7 @@ pub fn extended_header(bytes: &[u8]) -> Result<Option<ExtendedHeader>, PteError>
         return bad("segment_base_offset", segment_base_offset, "before the program's end or past the file");
     }
     if let Some(s) = segment_data_size {
-        if segment_base_offset.checked_add(s).map_or(true, |e| e > len) {
+        if segment_base_offset.checked_add(s).is_none_or(|e| e > len) {
             return bad("segment_data_size", s, "runs past the file");
         }
     }

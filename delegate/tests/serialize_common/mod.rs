@@ -95,7 +95,7 @@ pub fn static_mean_example() -> XnnGraph {
 }
 
 fn push_constant(g: &mut XnnGraph, data: &[u8]) -> u32 {
-    while g.constant_bytes.len() % 16 != 0 {
+    while !g.constant_bytes.len().is_multiple_of(16) {
         g.constant_bytes.push(0);
     }
     g.constant_data.push(ConstantDataOffset {
