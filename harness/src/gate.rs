@@ -289,6 +289,7 @@ pub fn compute_entry(p: &NamedProgram, graph: &reference::Graph, mode: LoweringM
     if e.nodes != s.node_counts {
         problems.push(format!("summary node counts {:?} differ from the payloads' {:?}", s.node_counts, e.nodes));
     }
+    problems.extend(count_api_problems(s));
     if e.delegates != e.payload_bytes.len() {
         problems.push(format!(
             "summary says {} delegates, the program has {} segments",
@@ -375,6 +376,28 @@ fn flatten(e: &ModeEntry) -> BTreeMap<String, String> {
         m.insert(format!("sha256 [segment {k}]"), h.clone());
     }
     m
+}
+
+/// Review finding B6: the counter users gate on (`Summary::count`) must give every schema
+/// name its count and refuse a misspelled name, never read it as 0 (a gate on
+/// `count("XNNStaticTransposee") == 0` would always pass). The counts themselves are checked
+/// against the payloads above.
+fn count_api_problems(s: &delegate::program::Summary) -> Vec<String> {
+    let mut problems = Vec::new();
+    for name in NODE_TYPE_NAMES {
+        let want = s.node_counts.get(name).copied().unwrap_or(0);
+        match s.count(name) {
+            Ok(n) if n == want => {}
+            Ok(n) => problems.push(format!("Summary::count({name}) = {n}, its node counts say {want}")),
+            Err(err) => problems.push(format!("Summary::count refused the schema name {name}: {err}")),
+        }
+    }
+    for bad in ["XNNStaticTransposee", "StaticTranspose", "xnnstaticmean", "XNNGlobalAvgPooling2D", ""] {
+        if let Ok(n) = s.count(bad) {
+            problems.push(format!("Summary::count({bad:?}) = {n}: a misspelled node type name must be an error"));
+        }
+    }
+    problems
 }
 
 /// Every difference between two tables (absent counts read as 0, absent segments as "absent").
