@@ -6,6 +6,7 @@ use super::conv::float_vec;
 use super::convert::{from_f32, to_f32};
 use super::{sized, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd;
+use std::borrow::Cow;
 
 pub const FLAG_TRANSPOSE_WEIGHTS: u32 = 1;
 
@@ -31,12 +32,17 @@ pub fn fully_connected(
             out.len()
         ));
     }
-    let mut wf = float_vec(w)?;
-    if transpose_weights {
-        // [K, N] -> [N, K] so every output is one contiguous dot product.
-        let t: Vec<f32> = (0..n * k).map(|i| wf[(i % k) * n + i / k]).collect();
-        wf = t;
-    }
+    // fp32 [N, K] weights are read in place: copying them per call doubled the memory traffic
+    // of a large (memory-bound) linear. Other dtypes and [K, N] are widened or reordered.
+    let wf: Cow<[f32]> = match (w, transpose_weights) {
+        (View::F32(v), false) => Cow::Borrowed(v),
+        (w, false) => Cow::Owned(float_vec(w)?),
+        (w, true) => {
+            // [K, N] -> [N, K] so every output is one contiguous dot product.
+            let wk = float_vec(w)?;
+            Cow::Owned((0..n * k).map(|i| wk[(i % k) * n + i / k]).collect())
+        }
+    };
     let bf = b.map(float_vec).transpose()?;
     if bf.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("bias length differs from {n} outputs"));
