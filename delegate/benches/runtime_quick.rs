@@ -132,6 +132,37 @@ fn main() {
             report(&format!("convert f32->bf16 1Mi t{}", pool.threads()), n * 6, t);
         }
     }
+    if run("serialize") {
+        // The loader and the writer on ExecuTorch 1.5.1's own payloads (every `.xnn` fixture).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/executorch-1.5.1");
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+        files.retain(|p| p.extension().is_some_and(|e| e == "xnn"));
+        files.sort();
+        for path in files {
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let name = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            // Payloads whose weights live in the .pte's named data load only leniently.
+            let (limits, graph) = match delegate::serialize::load(&bytes, &delegate::serialize::LoadLimits::default()) {
+                Ok(g) => (delegate::serialize::LoadLimits::default(), g),
+                Err(_) => match delegate::serialize::load(&bytes, &delegate::serialize::LoadLimits::lenient()) {
+                    Ok(g) => (delegate::serialize::LoadLimits::lenient(), g),
+                    Err(e) => {
+                        println!("{name}: not timed: {e}");
+                        continue;
+                    }
+                },
+            };
+            let t = time(budget / 2, || {
+                black_box(delegate::serialize::load(black_box(&bytes), &limits).unwrap());
+            });
+            report(&format!("load {name} ({} bytes)", bytes.len()), bytes.len(), t);
+            let t = time(budget / 2, || {
+                black_box(delegate::serialize::write(black_box(&graph)));
+            });
+            report(&format!("write {name}"), bytes.len(), t);
+        }
+    }
     if run("inline") {
         // The CostModel inline threshold, measured: a last-dim mean (rows of 2,048 floats, so
         // the op is bandwidth-bound like the ops it decides for) run inline on the caller vs
