@@ -1,8 +1,8 @@
 //! Direct tests for what `cargo mutants` found untested in the delegate (see
 //! `reports/cargo-mutants.md`, "Missed"):
-//! - the column-mean kernels (`discontiguous_f32`, and `mean_qs8`'s same walk) when a thread's
+//! - the column-mean kernels (`discontiguous_f32` and `mean_qs8`, one walk: `column_runs`) when a thread's
 //!   chunk of outputs starts in the middle of a row and runs past its end (the walk must
-//!   advance by the columns it did, `c1 - c0`);
+//!   advance by the columns it did);
 //! - the layout guard of the merged change (review finding B1: a mean and a conv share one
 //!   dequantize in `StaticMean`) names the refused mean's graph node (`PGraph::graph_node`).
 //!
@@ -53,7 +53,7 @@ fn column_means(x: &[f64], a: usize, n: usize, w: usize) -> (Vec<f64>, Vec<f64>)
 
 /// 2-thread pools of both policies, with a check that `pool` really splits `outputs` (rows of
 /// `w`) so that some chunk starts inside a row and runs past that row's end: the case the
-/// missed mutant (`pos += c1 + c0`) gets wrong. Fails loudly if the split rule changes so
+/// missed mutant (`pos += c1 + c0`, now `pos += run + c0`) gets wrong. Fails loudly if the split rule changes so
 /// that the shapes below stop reaching it.
 fn pools_splitting_mid_row(outputs: usize, bytes: usize, w: usize) -> Vec<Pool> {
     [ThreadPolicy::CostModel, ThreadPolicy::PerOutputTasks]

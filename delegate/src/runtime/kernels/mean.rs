@@ -148,29 +148,32 @@ fn split_rows(rows: &Rows, t: usize) -> Vec<Rows> {
     v
 }
 
-fn discontiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f32]) {
+/// Outputs `start..start + len` of a discontiguous reduction (rows of `shape[5]` columns), as
+/// runs of at most `max_run` columns inside one row: `f(offset from start, rows to sum)`.
+/// A thread's chunk may start and end mid-row.
+fn column_runs(r: &Reduction, st: &[usize], start: usize, len: usize, max_run: usize, mut f: impl FnMut(usize, &Rows)) {
     let s = r.shape;
-    let st = strides(&s);
-    let isa = ctx.isa;
     let w = s[5];
+    let end = start + len;
+    let mut pos = start;
+    while pos < end {
+        let (row, c0) = (pos / w, pos % w);
+        let run = (w - c0).min(end - pos).min(max_run);
+        let (i1, i3) = (row / s[3], row % s[3]);
+        let rows =
+            Rows { base: i1 * st[1] + i3 * st[3] + c0, n: [s[0], s[2], s[4]], st: [st[0], st[2], st[4]], len: run };
+        f(pos - start, &rows);
+        pos += run;
+    }
+}
+
+fn discontiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f32]) {
+    let st = strides(&r.shape);
+    let isa = ctx.isa;
     ctx.par_chunks(out, x.len() * 4, 64, true, |start, chunk| {
-        let end = start + chunk.len();
-        let mut pos = start;
-        while pos < end {
-            let row = pos / w;
-            let c0 = pos % w;
-            let c1 = w.min(c0 + (end - pos));
-            let (i1, i3) = (row / s[3], row % s[3]);
-            let rows = Rows {
-                base: i1 * st[1] + i3 * st[3] + c0,
-                n: [s[0], s[2], s[4]],
-                st: [st[0], st[2], st[4]],
-                len: c1 - c0,
-            };
-            let o = pos - start;
-            simd::col_sums_f32(isa, x, &rows, scale, &mut chunk[o..o + (c1 - c0)]);
-            pos += c1 - c0;
-        }
+        column_runs(r, &st, start, chunk.len(), usize::MAX, |o, rows| {
+            simd::col_sums_f32(isa, x, rows, scale, &mut chunk[o..o + rows.len]);
+        });
     });
 }
 
@@ -269,8 +272,7 @@ fn mean_qs8(
 ) -> Result<(), String> {
     let r = normalize(shape, axes);
     check_sizes(&r, x.len(), out.len())?;
-    let s = r.shape;
-    let st = strides(&s);
+    let st = strides(&r.shape);
     let isa = ctx.isa;
     let mult = qi.scale * scale_of(r.n) / qo.scale;
     let n = r.n;
@@ -282,30 +284,15 @@ fn mean_qs8(
             }
         });
     } else {
-        let w = s[5];
         ctx.par_chunks(out, x.len(), 64, true, |start, chunk| {
-            let end = start + chunk.len();
-            let mut pos = start;
             let mut acc = [0i32; 256];
-            while pos < end {
-                let row = pos / w;
-                let c0 = pos % w;
-                let c1 = w.min(c0 + (end - pos)).min(c0 + acc.len());
-                let (i1, i3) = (row / s[3], row % s[3]);
-                let rows = Rows {
-                    base: i1 * st[1] + i3 * st[3] + c0,
-                    n: [s[0], s[2], s[4]],
-                    st: [st[0], st[2], st[4]],
-                    len: c1 - c0,
-                };
-                let a = &mut acc[..c1 - c0];
-                simd::col_sums_i8(isa, x, &rows, a);
-                let o = pos - start;
+            column_runs(&r, &st, start, chunk.len(), acc.len(), |o, rows| {
+                let a = &mut acc[..rows.len];
+                simd::col_sums_i8(isa, x, rows, a);
                 for (d, &v) in chunk[o..o + a.len()].iter_mut().zip(a.iter()) {
                     *d = requantize(v, n, qi, mult, qo);
                 }
-                pos += c1 - c0;
-            }
+            });
         });
     }
     Ok(())
