@@ -56,7 +56,6 @@ struct Shared {
     sleeping: Vec<AtomicBool>,
     /// Per task of a dispatch with at most `AFFINE_TASKS` tasks: claimed.
     claimed: [AtomicBool; AFFINE_TASKS],
-    threads: usize,
     /// How long an idle worker spins (zero when the pool has more threads than CPUs).
     spin: Duration,
 }
@@ -92,7 +91,6 @@ impl Pool {
             shutdown: AtomicBool::new(false),
             sleeping: (0..n_workers).map(|_| AtomicBool::new(false)).collect(),
             claimed: std::array::from_fn(|_| AtomicBool::new(false)),
-            threads: n_workers + 1,
             spin: if available_cpus() >= threads { spin } else { Duration::ZERO },
         });
         let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), policy, dispatch: Mutex::new(()) };
@@ -196,7 +194,8 @@ fn run_share(s: &Shared, job: &JobRef, n: usize, me: usize) {
         s.completed.fetch_add(1, Ordering::Release);
     };
     if n <= AFFINE_TASKS {
-        let first = me * n / s.threads;
+        // Threads: the workers plus the caller.
+        let first = me * n / (s.sleeping.len() + 1);
         for k in 0..n {
             let i = (first + k) % n;
             if !s.claimed[i].swap(true, Ordering::AcqRel) {
