@@ -5,6 +5,7 @@
 use super::convert::{from_f32, to_f32};
 use super::{sized, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd;
+use std::borrow::Cow;
 
 /// Geometry of one convolution (XNNPACK's `_XNNNodeConv` fields that matter here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,9 +195,9 @@ pub fn conv2d(
         return Err("convolution buffers do not match their shapes".into());
     }
     let oc = osh[3];
-    // Weights and bias are small and usually fp32; widen anything else.
-    let wf: Vec<f32> = float_vec(w)?;
-    let bf: Option<Vec<f32>> = b.map(float_vec).transpose()?;
+    // fp32 weights and bias are read in place; anything else is widened.
+    let wf = float_cow(w)?;
+    let bf = b.map(float_cow).transpose()?;
     if bf.as_ref().is_some_and(|b| b.len() != oc) {
         return Err(format!("bias length differs from {oc} output channels"));
     }
@@ -220,6 +221,15 @@ pub fn conv2d(
             from_f32(ctx, t, o)
         }
         o => Err(format!("convolution into {}", o.type_name())),
+    }
+}
+
+/// A float view as f32: fp32 borrowed in place (no per-call copy of the weights), fp16 and
+/// bf16 widened into an owned vector.
+pub fn float_cow(v: View<'_>) -> Result<Cow<'_, [f32]>, String> {
+    match v {
+        View::F32(x) => Ok(Cow::Borrowed(x)),
+        other => float_vec(other).map(Cow::Owned),
     }
 }
 

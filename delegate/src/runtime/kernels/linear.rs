@@ -2,7 +2,7 @@
 //! `[N, K]` filter (`[K, N]` under `XNN_FLAG_TRANSPOSE_WEIGHTS`), f32 compute, threaded over
 //! outputs.
 
-use super::conv::float_vec;
+use super::conv::{float_cow, float_vec};
 use super::convert::{from_f32, to_f32};
 use super::{sized, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd;
@@ -35,15 +35,14 @@ pub fn fully_connected(
     // fp32 [N, K] weights are read in place: copying them per call doubled the memory traffic
     // of a large (memory-bound) linear. Other dtypes and [K, N] are widened or reordered.
     let wf: Cow<[f32]> = match (w, transpose_weights) {
-        (View::F32(v), false) => Cow::Borrowed(v),
-        (w, false) => Cow::Owned(float_vec(w)?),
+        (w, false) => float_cow(w)?,
         (w, true) => {
             // [K, N] -> [N, K] so every output is one contiguous dot product.
             let wk = float_vec(w)?;
             Cow::Owned((0..n * k).map(|i| wk[(i % k) * n + i / k]).collect())
         }
     };
-    let bf = b.map(float_vec).transpose()?;
+    let bf = b.map(float_cow).transpose()?;
     if bf.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("bias length differs from {n} outputs"));
     }
