@@ -2,8 +2,11 @@
 //! each step kept only if the builder accepts it.
 
 use proptest::prelude::*;
-use reference::graph::{Conv2dParams, Graph, GraphBuilder, T};
+use reference::graph::{BinaryOp, Conv2dParams, Graph, GraphBuilder, T};
 use reference::{ElemType, MemoryFormat, QuantParams, Tensor, TensorSpec};
+
+/// The binary ops a generated step may pick, by index.
+const BINARY_OPS: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
 
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -87,16 +90,7 @@ pub fn build_graph(spec: &TensorSpec, steps: &[Step], n_out: usize) -> Result<Gr
             }
             Step::Binary(o, j) => {
                 let other = vals[j % vals.len()];
-                g.binary(
-                    [
-                        reference::graph::BinaryOp::Add,
-                        reference::graph::BinaryOp::Sub,
-                        reference::graph::BinaryOp::Mul,
-                        reference::graph::BinaryOp::Div,
-                    ][*o as usize],
-                    cur,
-                    other,
-                )
+                g.binary(BINARY_OPS[*o as usize], cur, other)
             }
             Step::BinaryConst(o) => {
                 let c = if o % 2 == 0 {
@@ -106,16 +100,7 @@ pub fn build_graph(spec: &TensorSpec, steps: &[Step], n_out: usize) -> Result<Gr
                     let n = shape.iter().product();
                     g.constant(Tensor::f32(&shape, values(n, 9)))
                 };
-                g.binary(
-                    [
-                        reference::graph::BinaryOp::Add,
-                        reference::graph::BinaryOp::Sub,
-                        reference::graph::BinaryOp::Mul,
-                        reference::graph::BinaryOp::Div,
-                    ][*o as usize],
-                    cur,
-                    c,
-                )
+                g.binary(BINARY_OPS[*o as usize], cur, c)
             }
             Step::Unary(0) => g.square(cur),
             Step::Unary(1) => g.rsqrt(cur),
