@@ -138,6 +138,25 @@ fn table() -> Vec<(&'static str, Graph)> {
     let h2 = g.reshape(g.mean(y, &[2], true), &[1, 8, 3]);
     let o = g.linear(h2, lin, None);
     v.push(("heads", g.finish(&[h, o]).unwrap()));
+    // Requantizations across copy-like ops (found by the random graphs below): the
+    // partitioner once grouped `dq(0.1) -> reshape -> q(0.05)` as one qs8 reshape, and the
+    // copy-removal pass (as ExecuTorch's) folded `dq(0.1) -> to_copy -> q(0.05)` away; both
+    // then read 0.1-scale integers at scale 0.05.
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
+    let a = g.dequantize(g.quantize(x, 0.1, -2), 0.1, -2);
+    let r = g.reshape(a, &[-1]);
+    let y = g.dequantize(g.quantize(r, 0.05, 1), 0.05, 1);
+    v.push(("qs8-requant-reshape", g.finish(&[y]).unwrap()));
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 6, 6]));
+    let y = conv(&g, x, 3, 4, 3, 1, 5);
+    let a = g.dequantize(g.quantize(y, 0.1, -2), 0.1, -2);
+    let c = g.to_format(a, MemoryFormat::ChannelsLast);
+    let b = g.dequantize(g.quantize(c, 0.05, 1), 0.05, 1);
+    let w = g.constant(Tensor::f32(&[2, 2], values(4, 6)));
+    let o = g.linear(b, w, None);
+    v.push(("qs8-requant-layout-copy", g.finish(&[o]).unwrap()));
     v
 }
 

@@ -487,3 +487,48 @@ fn programs_can_be_shared_between_threads() {
         }
     });
 }
+
+/// A qs8 transpose or reshape whose output quantization differs from its input's would be a
+/// requantization XNNPACK refuses (`xnn_subgraph_check_quantization_parameter_matches`): the
+/// runtime refuses it at load with the node named, instead of moving the bytes and reading
+/// them at the wrong scale.
+#[test]
+fn qs8_copy_with_mismatched_quantization_is_refused() {
+    use delegate::xnn::{QuantParams, XNodeKind};
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
+    let a = g.dequantize(g.quantize(x, 0.1, -2), 0.1, -2);
+    let p = g.permute(a, &[2, 0, 1]);
+    let y = g.dequantize(g.quantize(p, 0.1, -2), 0.1, -2);
+    let graph = g.finish(&[y]).unwrap();
+    let mut lowered = lower_with(&graph, &LowerOptions::default()).unwrap();
+    Program::new(&lowered, &RunOptions::default()).expect("matching quantization loads");
+    let mut damaged = 0;
+    for s in lowered.steps.iter_mut() {
+        if let Step::Delegate(d) = s {
+            let outs: Vec<u32> = d
+                .graph
+                .nodes
+                .iter()
+                .filter_map(|n| match n.kind {
+                    XNodeKind::StaticTranspose { output_id, .. } => Some(output_id),
+                    _ => None,
+                })
+                .collect();
+            for v in d.graph.values.iter_mut().filter(|v| outs.contains(&v.id_out)) {
+                if let Some(QuantParams::PerTensor { scale, .. }) = &mut v.quant {
+                    *scale = 0.05;
+                    damaged += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(damaged, 1, "the lowering should emit one qs8 transpose");
+    match Program::new(&lowered, &RunOptions::default()) {
+        Err(RuntimeError::InvalidGraph { what, .. }) => {
+            assert!(what.contains("Transpose") && what.contains("quantization"), "{what}")
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a requantizing qs8 transpose was accepted"),
+    }
+}

@@ -792,6 +792,9 @@ fn remove_redundant_copies(pg: &mut PGraph, g: &Graph) {
     }
 }
 
+/// (Ours, as above: ExecuTorch drops the q/dq pairs without comparing their parameters,
+/// which silently drops a requantization; a chain is removed here only when every q and dq
+/// in it has the same scale and zero point.)
 fn remove_quantized(pg: &mut PGraph, g: &Graph, i: usize) {
     if pg.num_users(i) != 1 {
         return;
@@ -808,10 +811,14 @@ fn remove_quantized(pg: &mut PGraph, g: &Graph, i: usize) {
     if !pg.is_quant(prev_q, g) || pg.nodes[prev_q].inputs.len() != 1 {
         return;
     }
+    let params = pg.qparams(qn, g);
+    if pg.qparams(dq, g) != params || pg.qparams(prev_q, g) != params {
+        return;
+    }
     let prev = pg.nodes[prev_q].inputs[0];
     if pg.is_format_copy(prev, g) && !same_layout(pg, g, prev, i) && pg.num_users(prev) == 1 {
         let prev_dq = pg.nodes[prev].inputs[0];
-        if !pg.is_dequant(prev_dq, g) || pg.nodes[prev_dq].inputs.len() != 1 {
+        if !pg.is_dequant(prev_dq, g) || pg.nodes[prev_dq].inputs.len() != 1 || pg.qparams(prev_dq, g) != params {
             return;
         }
         let original = pg.nodes[prev_dq].inputs[0];

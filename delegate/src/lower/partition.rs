@@ -290,6 +290,23 @@ fn quant_output(g: &Graph, u: &Users, id: NodeId) -> Option<Vec<NodeId>> {
     None
 }
 
+/// XNNPACK's copy-like qs8 nodes (static reshape, static transpose, clamp) refuse an output
+/// whose scale or zero point differs from the input's
+/// (`xnn_subgraph_check_quantization_parameter_matches`): such a `dq -> op -> q` is a
+/// requantization and stays outside a group, as explicit q/dq around an fp32 op.
+fn keeps_qparams(g: &Graph, u: &Users, id: NodeId) -> bool {
+    if !matches!(g.nodes[id].op, Op::Permute { .. } | Op::Reshape { .. } | Op::Clamp { .. }) {
+        return true;
+    }
+    let params = |x: NodeId| match g.nodes[x].op {
+        Op::Quantize(q) | Op::Dequantize(q) => Some(q),
+        _ => None,
+    };
+    let out = quant_output(g, u, id).and_then(|t| t.last().and_then(|&q| params(q)));
+    let ins = dq_inputs(g, id).unwrap_or_default();
+    out.is_some() && ins.iter().all(|&d| params(d) == out)
+}
+
 struct Users {
     users: Vec<Vec<NodeId>>,
     is_output: Vec<bool>,
@@ -365,6 +382,7 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
                     && quant_anchor(&g.nodes[id].op)
                     && quant_output(g, &u, id).is_some_and(|t| t.iter().all(|&x| claimed[x]))
                     && dq_inputs(g, id).is_some_and(|d| d.iter().all(|&q| claimed[q]))
+                    && keeps_qparams(g, &u, id)
             })
             .collect();
         loop {

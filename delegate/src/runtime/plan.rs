@@ -476,6 +476,19 @@ fn check_types(
     {
         return Err(bad(segment, ni, "int8 value without per-tensor quantization"));
     }
+    // A qs8 transpose or reshape moves bytes: XNNPACK refuses one whose output scale or zero
+    // point differs from its input's, since that would be a requantization.
+    if matches!(k, Kernel::Transpose { .. } | Kernel::Reshape { .. }) && o == Dt::I8 && v[ins[0]].quant != v[out].quant
+    {
+        return Err(bad(
+            segment,
+            ni,
+            format!(
+                "{k:?}: int8 output quantization {:?} differs from the input's {:?}",
+                v[out].quant, v[ins[0]].quant
+            ),
+        ));
+    }
     Ok(())
 }
 
