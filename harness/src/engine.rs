@@ -198,6 +198,11 @@ impl Prepared {
         self.program.payloads()
     }
 
+    /// What the runtime's loader returned for each payload.
+    pub fn loaded_graphs(&self) -> &[XnnGraph] {
+        self.program.loaded_graphs()
+    }
+
     /// The instruction set the kernels run with.
     pub fn isa_name(&self) -> &'static str {
         self.program.isa_name()

@@ -4,7 +4,7 @@
 //!   SIMD and fallback paths, within a derived per-dtype tolerance;
 //! - [`errors`]: both sides accept and reject the same graphs and runs, with the same
 //!   [`reference::graph::ErrorClass`];
-//! - [`bytes`]: serialization is deterministic (three writes per segment), load then
+//! - [`bytes`]: serialization is deterministic (two writes per segment), load then
 //!   re-serialize is the identity, GAP-only programs are identical across modes;
 //! - [`structure`]: each mode's summary obeys the mode's rules.
 //!
@@ -248,6 +248,15 @@ pub fn reference_runs(case: &Case, built: &Built) -> Result<Vec<RefRun>, String>
     Ok(runs)
 }
 
+/// Two lowerings that hand the runtime the same program (the mode and summary aside).
+fn same_program(a: &LoweredProgram, b: &LoweredProgram) -> bool {
+    a.steps == b.steps
+        && a.slots == b.slots
+        && a.inputs == b.inputs
+        && a.outputs == b.outputs
+        && a.constants == b.constants
+}
+
 /// Runs every oracle on a case.
 pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
     let mut report = CaseReport::default();
@@ -285,8 +294,17 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         .and_then(|(_, p)| p.as_ref().ok())
         .map(|p| p.summary.clone());
 
+    // Modes that lowered to the same program share one preparation and one set of runs (in
+    // the union of their configurations) and its verdicts: the runtime sees the same bytes.
+    struct Shared {
+        program: usize,
+        modes: Vec<LoweringMode>,
+        verdicts: Option<(Verdict, Verdict, Verdict)>,
+        payloads: Option<Vec<Vec<u8>>>,
+    }
+    let mut shared: Vec<Shared> = vec![];
     let mut mode_payloads: Vec<(LoweringMode, Vec<Vec<u8>>)> = vec![];
-    for (mode, program) in &programs {
+    for (k, (mode, program)) in programs.iter().enumerate() {
         if !case.modes.contains(mode) {
             continue;
         }
@@ -312,18 +330,51 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             continue;
         }
         report.push(OracleKind::Structure, scope, structure::verdict(case, &built, program, static_summary.as_ref()));
-        let (bytes_verdict, payloads) = bytes::segment_verdict(program);
-        let exec = outputs::execute(case, &built, &runs, program, payloads.as_deref(), opts);
-        if let Some(p) = payloads {
-            mode_payloads.push((*mode, p));
+        let same = |s: &&mut Shared| programs[s.program].1.as_ref().is_ok_and(|p| same_program(p, program));
+        match shared.iter_mut().find(|s| same(s)) {
+            Some(s) => s.modes.push(*mode),
+            None => shared.push(Shared { program: k, modes: vec![*mode], verdicts: None, payloads: None }),
         }
-        let bytes_verdict = match (bytes_verdict, &exec.payload_mismatch) {
-            (Verdict::Pass, Some(d)) => Verdict::fail("thread_dependent", d.clone()),
-            (v, _) => v,
+    }
+    for s in &mut shared {
+        let Ok(program) = &programs[s.program].1 else { continue };
+        let mut configs: Vec<(usize, engine::Simd)> = vec![];
+        for &m in &s.modes {
+            for c in opts.for_mode(m, &case.threads) {
+                if !configs.contains(&c) {
+                    configs.push(c);
+                }
+            }
+        }
+        let prepared = configs.first().and_then(|&(t, simd)| engine::prepare(program, t, simd).ok());
+        let (bytes_verdict, payloads) = match &prepared {
+            Some(p) => {
+                let v = bytes::written_verdict(program, p.payloads(), p.loaded_graphs());
+                let ok = v == Verdict::Pass;
+                (v, ok.then(|| p.payloads().to_vec()))
+            }
+            None => bytes::segment_verdict(program),
         };
-        report.push(OracleKind::Bytes, scope, bytes_verdict);
-        report.push(OracleKind::Errors, scope, exec.errors);
-        report.push(OracleKind::Outputs, scope, exec.outputs);
+        let exec = outputs::execute(case, &built, &runs, program, prepared.as_ref(), &configs);
+        s.verdicts = Some((bytes_verdict, exec.errors, exec.outputs));
+        s.payloads = payloads;
+    }
+    for s in &shared {
+        let Some((b, e, o)) = &s.verdicts else { continue };
+        for &mode in &s.modes {
+            let note = |v: &Verdict| match v {
+                Verdict::Fail { kind, detail } if mode != s.modes[0] => {
+                    Verdict::fail(kind, format!("(the same program as {}) {detail}", s.modes[0]))
+                }
+                v => v.clone(),
+            };
+            report.push(OracleKind::Bytes, mode.name(), note(b));
+            report.push(OracleKind::Errors, mode.name(), note(e));
+            report.push(OracleKind::Outputs, mode.name(), note(o));
+            if let Some(p) = &s.payloads {
+                mode_payloads.push((mode, p.clone()));
+            }
+        }
     }
     if built.gap_only {
         report.push(OracleKind::Bytes, "gap_modes", bytes::gap_identity(&mode_payloads));

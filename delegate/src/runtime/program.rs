@@ -8,6 +8,7 @@ use super::simd::Isa;
 use super::{resolve_simd, RunOptions, RuntimeError, SimdLevel};
 use crate::program::{LoweredProgram, PortableOp, SlotId, Step};
 use crate::serialize::{self, LoadLimits};
+use crate::xnn::XnnGraph;
 use reference::{ElemType, GraphErrorKind, MemoryFormat, Tensor, TensorData, TensorSpec};
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,9 @@ struct Loaded {
     outputs: Vec<SlotId>,
     steps: Vec<ExecStep>,
     payloads: Vec<Vec<u8>>,
+    /// What the loader returned for each payload (kept so a caller can check that
+    /// re-serializing it gives the payload back without loading a second time).
+    loaded: Vec<XnnGraph>,
     /// Per slot: index of the last step reading it (`usize::MAX` for program outputs).
     last_use: Vec<usize>,
 }
@@ -126,6 +130,7 @@ impl Program {
         }
         let mut steps = Vec::with_capacity(lowered.steps.len());
         let mut payloads = Vec::new();
+        let mut loaded_graphs = Vec::new();
         for (i, step) in lowered.steps.iter().enumerate() {
             match step {
                 Step::Delegate(seg) => {
@@ -155,6 +160,7 @@ impl Program {
                         }
                     }
                     payloads.push(bytes);
+                    loaded_graphs.push(loaded);
                     steps.push(ExecStep::Delegate { plan, inputs: seg.inputs.clone(), outputs: seg.outputs.clone() });
                 }
                 Step::Portable(p) => {
@@ -185,6 +191,7 @@ impl Program {
             outputs: lowered.outputs.clone(),
             steps,
             payloads,
+            loaded: loaded_graphs,
             last_use,
         };
         Ok(Program::assemble(Arc::new(l), isa, opts, pool))
@@ -212,6 +219,11 @@ impl Program {
     /// The serialized payload of each delegate segment, in program order.
     pub fn payloads(&self) -> &[Vec<u8>] {
         &self.l.payloads
+    }
+
+    /// The loader's result for each payload, in program order.
+    pub fn loaded_graphs(&self) -> &[XnnGraph] {
+        &self.l.loaded
     }
 
     pub fn threads(&self) -> usize {

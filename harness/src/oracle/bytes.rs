@@ -1,58 +1,73 @@
 //! The bytes oracle: serialization is a function of the lowered program only.
 //!
-//! - every delegate segment serializes to the same bytes twice (`nondeterministic`);
+//! - every delegate segment serializes to the same bytes twice (`nondeterministic`): the
+//!   runtime's own write (when the program was prepared) against the serializer's;
 //! - loading those bytes and serializing what the loader returned gives the same bytes
-//!   (`reload_differs`, or `load_failed` when our own payload does not load);
-//! - the runtime's own serialization (a third write, when `outputs::execute` loads the
-//!   program once per mode; its other configurations share those bytes) gives the same bytes
-//!   (`thread_dependent`, the label kept from when every configuration wrote its own);
+//!   (`reload_differs`, or `load_failed` when our own payload does not load); the runtime's
+//!   load serves when the program was prepared, so no payload is loaded twice;
 //! - a program whose every mean is GAP-eligible is byte-identical in every mode
 //!   (`gap_modes_differ`): the change must not touch GAP programs.
 
 use super::Verdict;
 use crate::engine;
 use delegate::program::Step;
+use delegate::xnn::XnnGraph;
 use delegate::{LoweredProgram, LoweringMode};
 
 /// Serializes every segment twice and through a load; returns the payloads when they are
 /// well defined.
 pub fn segment_verdict(program: &LoweredProgram) -> (Verdict, Option<Vec<Vec<u8>>>) {
     let mut payloads = vec![];
-    for (i, step) in program.steps.iter().enumerate() {
-        let Step::Delegate(seg) = step else { continue };
-        let first = match engine::write(&seg.graph) {
+    let mut loaded = vec![];
+    for (i, seg) in segments(program).enumerate() {
+        let first = match engine::write(seg) {
             Ok(b) => b,
             Err(e) if e.unavailable => return (Verdict::Skip(e.message), None),
             Err(e) => return (Verdict::fail("write_failed", format!("segment {i}: {e}")), None),
         };
-        match engine::write(&seg.graph) {
-            Ok(second) if second == first => {}
-            Ok(second) => {
-                return (
-                    Verdict::fail("nondeterministic", format!("segment {i}: {}", first_difference(&first, &second))),
-                    None,
-                )
-            }
-            Err(e) => return (Verdict::fail("write_failed", format!("segment {i}, second write: {e}")), None),
-        }
-        let loaded = match engine::load(&first) {
-            Ok(g) => g,
+        match engine::load(&first) {
+            Ok(g) => loaded.push(g),
             Err(e) if e.unavailable => return (Verdict::Skip(e.message), None),
             Err(e) => return (Verdict::fail("load_failed", format!("segment {i}: our own payload: {e}")), None),
         };
-        match engine::write(&loaded) {
-            Ok(again) if again == first => {}
-            Ok(again) => {
-                return (
-                    Verdict::fail("reload_differs", format!("segment {i}: {}", first_difference(&first, &again))),
-                    None,
-                )
-            }
-            Err(e) => return (Verdict::fail("write_failed", format!("segment {i}, re-serializing: {e}")), None),
-        }
         payloads.push(first);
     }
-    (Verdict::Pass, Some(payloads))
+    let v = written_verdict(program, &payloads, &loaded);
+    let ok = v == Verdict::Pass;
+    (v, ok.then_some(payloads))
+}
+
+/// The checks on payloads already written and loaded (by the runtime): a second write of
+/// each segment and a write of what the loader returned must both give the payload.
+pub fn written_verdict(program: &LoweredProgram, payloads: &[Vec<u8>], loaded: &[XnnGraph]) -> Verdict {
+    let n = segments(program).count();
+    if payloads.len() != n || loaded.len() != n {
+        return Verdict::fail(
+            "segment_count",
+            format!("{n} segments, {} payloads and {} loaded graphs", payloads.len(), loaded.len()),
+        );
+    }
+    for (i, ((seg, first), back)) in segments(program).zip(payloads).zip(loaded).enumerate() {
+        for (what, graph, kind) in
+            [("second write", seg, "nondeterministic"), ("re-serializing", back, "reload_differs")]
+        {
+            match engine::write(graph) {
+                Ok(again) if again == *first => {}
+                Ok(again) => {
+                    return Verdict::fail(kind, format!("segment {i}, {what}: {}", first_difference(first, &again)))
+                }
+                Err(e) => return Verdict::fail("write_failed", format!("segment {i}, {what}: {e}")),
+            }
+        }
+    }
+    Verdict::Pass
+}
+
+fn segments(program: &LoweredProgram) -> impl Iterator<Item = &XnnGraph> {
+    program.steps.iter().filter_map(|s| match s {
+        Step::Delegate(seg) => Some(&seg.graph),
+        _ => None,
+    })
 }
 
 /// Every mode gave the same payloads.

@@ -53,9 +53,9 @@
 //! data the bound grows with `M / |mean|`, which is why the data generator also draws
 //! positive, constant-row and small-integer tensors. `tests/oracles.rs` plants both bugs.
 
-use super::{CheckOptions, RefRun, Verdict};
+use super::{RefRun, Verdict};
 use crate::case::Case;
-use crate::engine;
+use crate::engine::{self, Simd};
 use crate::patterns::{self, Built};
 use delegate::LoweredProgram;
 use reference::{ElemType, Tensor};
@@ -65,7 +65,6 @@ use reference::{ElemType, Tensor};
 pub struct Exec {
     pub outputs: Verdict,
     pub errors: Verdict,
-    pub payload_mismatch: Option<String>,
 }
 
 /// Unit roundoff of a compute dtype (0 for fp32, whose roundings the f32 term covers).
@@ -277,27 +276,26 @@ pub fn tolerance(case: &Case, built: &Built, o: usize, shape: &[usize]) -> Toler
     Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step, exact }
 }
 
-/// Runs a lowered program at every thread count and SIMD path on every run of the case,
-/// comparing with the reference.
+/// Runs a lowered program in each configuration (threads, SIMD path) on every run of the
+/// case, comparing with the reference. `given` (loaded and planned once) serves every
+/// configuration; without it the first configuration prepares the program.
 pub fn execute(
     case: &Case,
     built: &Built,
     runs: &[RefRun],
     program: &LoweredProgram,
-    written: Option<&[Vec<u8>]>,
-    opts: &CheckOptions,
+    given: Option<&engine::Prepared>,
+    configs: &[(usize, Simd)],
 ) -> Exec {
     let mut outputs = Verdict::Pass;
     let mut errors = Verdict::Pass;
-    let mut payload_mismatch = None;
     let mut failing_configs: Vec<String> = vec![];
     let mut first_detail: Option<String> = None;
-    // Serialized, loaded and planned once per mode; the other configurations share the plans.
     let mut first: Option<engine::Prepared> = None;
-    for (threads, simd) in opts.for_mode(program.mode, &case.threads) {
+    for &(threads, simd) in configs {
         {
             let config = format!("{} threads={threads} {}", program.mode.name(), simd.name());
-            let prepared = match &first {
+            let prepared = match given.or(first.as_ref()) {
                 Some(p) => p.reconfigure(threads, simd),
                 None => engine::prepare(program, threads, simd),
             };
@@ -311,11 +309,6 @@ pub fn execute(
                     continue;
                 }
             };
-            // The runtime's own write (made once per mode; reconfigured programs share it)
-            // against the serializer's.
-            if first.is_none() && written.is_some_and(|w| w != prepared.payloads()) {
-                payload_mismatch = Some(format!("payloads differ between [serializer] and [{config}]"));
-            }
             for (r, run) in runs.iter().enumerate() {
                 let got = prepared.run(&run.inputs);
                 let run_name =
@@ -372,7 +365,7 @@ pub fn execute(
                     }
                 }
             }
-            if first.is_none() {
+            if given.is_none() && first.is_none() {
                 first = Some(prepared);
             }
         }
@@ -380,11 +373,11 @@ pub fn execute(
     if let Some(d) = first_detail {
         outputs = Verdict::fail("mismatch", format!("fails at: {}\n{d}", failing_configs.join("; ")));
     }
-    Exec { outputs, errors, payload_mismatch }
+    Exec { outputs, errors }
 }
 
 fn skipped(msg: &str) -> Exec {
-    Exec { outputs: Verdict::Skip(msg.to_string()), errors: Verdict::Skip(msg.to_string()), payload_mismatch: None }
+    Exec { outputs: Verdict::Skip(msg.to_string()), errors: Verdict::Skip(msg.to_string()) }
 }
 
 #[cfg(test)]
