@@ -47,10 +47,15 @@ pub enum Mutant {
     UnknownNameCountsZero,
     /// Lowering: a bf16 mean takes the GAP path.
     Bf16TakesGap,
+    /// Layout: the redundant-copy pass folds `dq -> to_copy -> q` without comparing the
+    /// quantization on each side (as ExecuTorch's `RemoveRedundantCopyPass` does).
+    RequantCopyFolded,
+    /// Partitioner: `dq -> reshape -> q` with different parameters becomes one qs8 reshape.
+    RequantReshapeGrouped,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::LookThroughRankSlice,
         Mutant::GapAsStaticMean,
         Mutant::NhwcIntoStaticMean,
@@ -70,6 +75,8 @@ impl Mutant {
         Mutant::StaticMeanMidUnion,
         Mutant::UnknownNameCountsZero,
         Mutant::Bf16TakesGap,
+        Mutant::RequantCopyFolded,
+        Mutant::RequantReshapeGrouped,
     ];
 
     pub fn name(self) -> String {

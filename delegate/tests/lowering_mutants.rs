@@ -39,6 +39,19 @@ fn qs8_cl_mean() -> Graph {
     finish(g, &[m])
 }
 
+/// `dq -> copy -> q` requantizing from scale 0.0625 to 0.125 before a mean: a same-layout
+/// memory-format copy, or a same-shape reshape.
+fn qs8_requant_mean(reshape: bool) -> Graph {
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 4, 4]));
+    let a = g.dequantize(g.quantize(x, 0.0625, 3), 0.0625, 3);
+    let c = if reshape { g.reshape(a, &[1, 3, 4, 4]) } else { g.to_format(a, reference::MemoryFormat::Contiguous) };
+    let b = g.dequantize(g.quantize(c, 0.125, -1), 0.125, -1);
+    let m = g.mean(b, &[-1], true);
+    let y = g.dequantize(g.quantize(m, 0.0625, 1), 0.0625, 1);
+    finish(g, &[y])
+}
+
 fn bf16_gap() -> Graph {
     let g = GraphBuilder::new();
     let x = g.input("x", TensorSpec::bf16(&[1, 8, 6, 6]));
@@ -68,6 +81,8 @@ fn every_lowering_mutant_changes_its_trigger() {
         (Mutant::NegativeDimsNotNormalized, lone_mean(&[-1], true, None), StaticMean),
         (Mutant::KeepdimIgnored, lone_mean(&[3], false, None), StaticMean),
         (Mutant::Bf16TakesGap, bf16_gap(), StaticMean),
+        (Mutant::RequantCopyFolded, qs8_requant_mean(false), StaticMean),
+        (Mutant::RequantReshapeGrouped, qs8_requant_mean(true), StaticMean),
     ];
     for (m, g, mode) in cases {
         set_active(None);

@@ -23,7 +23,7 @@
 //! | `seed` | seed of the input data and of the weights | `0` |
 //! | `specials` | include ±0, subnormals, ±inf and NaN in the input data | `false` |
 //! | `param` | pattern knob: conv output channels, heads of a QK-norm, MLP hidden size | `0` (pattern default) |
-//! | `variant` | pattern knob: conv kernel size (1 or 3), order of the shared-input users | `0` |
+//! | `variant` | pattern knob: conv kernel size (1 or 3), GAP dims order, order of the shared-input users, qs8 mean: a requantizing copy first (bit 0; bit 1: a reshape) | `0` |
 //! | `invalid` | make the graph invalid on purpose, see [`InvalidKind`] | none |
 //! | `inputs` | inline input tensors, one per run shape per graph input (see [`InlineTensor`]); replaces the seed for graph inputs | none |
 //! | `xfail` | a known open bug: replay expects this case to fail, and says so when it passes | none |

@@ -27,6 +27,9 @@ pub const Q_IN: QuantParams = QuantParams { scale: 0.0625, zero_point: 3 };
 pub const Q_ADD: QuantParams = QuantParams { scale: 0.125, zero_point: -2 };
 /// Quantization of a mean's output.
 pub const Q_MEAN: QuantParams = QuantParams { scale: 0.0625, zero_point: 1 };
+/// Requantization by a copy before a qs8 mean (coarser than [`Q_IN`]: grid values round
+/// half to even, the same in any correct implementation).
+pub const Q_REQ: QuantParams = QuantParams { scale: 0.125, zero_point: -1 };
 /// Quantization of conv weights.
 pub const Q_W: QuantParams = QuantParams { scale: 0.015625, zero_point: 0 };
 /// Quantization of a conv's output.
@@ -414,6 +417,20 @@ fn build_graph(case: &Case, abs: bool) -> Result<(Graph, Vec<Option<f32>>), NotA
     let mut steps = vec![];
     let outputs: Vec<T> = match case.pattern {
         Pattern::Mean => {
+            // qs8, variant bit 0: the mean reads a requantizing copy, `dq -> copy -> q` with
+            // other parameters on each side (a same-layout memory-format copy, or with bit 1
+            // a same-shape reshape), which no pass may fold into one qs8 copy.
+            let x = if q && case.variant & 1 == 1 {
+                let copy = if case.variant & 2 != 0 && case.dynamic.is_empty() {
+                    let shape: Vec<i64> = case.shape.iter().map(|&d| d as i64).collect();
+                    g.reshape(x, &shape)
+                } else {
+                    g.to_format(x, case.format)
+                };
+                cx.qdq(copy, Q_REQ)
+            } else {
+                x
+            };
             steps.push(step(Q_MEAN));
             vec![cx.qdq(cx.mean(x, &dims, keepdim, true), Q_MEAN)]
         }

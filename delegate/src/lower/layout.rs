@@ -91,6 +91,7 @@ fn mutant(_m: &str) -> bool {
             "gap_as_static" => is_active(Mutant::GapAsStaticMean),
             "nhwc_into_static" => is_active(Mutant::NhwcIntoStaticMean),
             "gap_rank_from_input" => is_active(Mutant::GapRankFromInput),
+            "requant_copy_folded" => is_active(Mutant::RequantCopyFolded),
             _ => false,
         };
     }
@@ -812,13 +813,14 @@ fn remove_quantized(pg: &mut PGraph, g: &Graph, i: usize) {
         return;
     }
     let params = pg.qparams(qn, g);
-    if pg.qparams(dq, g) != params || pg.qparams(prev_q, g) != params {
+    let differ = |x: usize| pg.qparams(x, g) != params && !mutant("requant_copy_folded");
+    if differ(dq) || differ(prev_q) {
         return;
     }
     let prev = pg.nodes[prev_q].inputs[0];
     if pg.is_format_copy(prev, g) && !same_layout(pg, g, prev, i) && pg.num_users(prev) == 1 {
         let prev_dq = pg.nodes[prev].inputs[0];
-        if !pg.is_dequant(prev_dq, g) || pg.nodes[prev_dq].inputs.len() != 1 || pg.qparams(prev_dq, g) != params {
+        if !pg.is_dequant(prev_dq, g) || pg.nodes[prev_dq].inputs.len() != 1 || differ(prev_dq) {
             return;
         }
         let original = pg.nodes[prev_dq].inputs[0];

@@ -298,6 +298,10 @@ fn keeps_qparams(g: &Graph, u: &Users, id: NodeId) -> bool {
     if !matches!(g.nodes[id].op, Op::Permute { .. } | Op::Reshape { .. } | Op::Clamp { .. }) {
         return true;
     }
+    #[cfg(feature = "mutants")]
+    if crate::mutants::is_active(crate::mutants::Mutant::RequantReshapeGrouped) {
+        return true;
+    }
     let params = |x: NodeId| match g.nodes[x].op {
         Op::Quantize(q) | Op::Dequantize(q) => Some(q),
         _ => None,
