@@ -645,7 +645,9 @@ fn conv_and_depthwise_and_linear_match_f64() {
             want[i] = s;
             mag[i] = m;
         }
-        for (isa, pool) in &configs() {
+        // Packed per call, and packed ahead (as the plan does for constant filters).
+        let ahead = (!geom.depthwise).then(|| kernels::conv::pack_filter(&geom, &w));
+        for ((isa, pool), packed) in configs().iter().flat_map(|c| [(c, None), (c, ahead.as_deref())]) {
             let mut out = vec![0f32; n_out];
             let mut sc = Scratch::default();
             kernels::conv::conv2d(
@@ -654,6 +656,7 @@ fn conv_and_depthwise_and_linear_match_f64() {
                 View::F32(&x),
                 &ish,
                 View::F32(&w),
+                packed,
                 Some(View::F32(&b)),
                 ViewMut::F32(&mut out),
                 &osh,

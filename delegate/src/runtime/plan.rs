@@ -184,6 +184,8 @@ pub struct NodePlan {
     pub inputs: Vec<usize>,
     pub output: usize,
     pub act: Option<(f32, f32)>,
+    /// A regular float convolution's constant filter, packed once here.
+    pub packed: Option<Vec<f32>>,
 }
 
 /// A compiled segment.
@@ -349,7 +351,18 @@ impl SegmentPlan {
                 }
             }
             check_types(segment, ni, &kernel, &inputs, output, &values)?;
-            nodes.push(NodePlan { index: ni, kernel, inputs, output, act });
+            let filter = inputs.get(1).map(|&w| values[w].loc);
+            let packed = match (&kernel, filter) {
+                (Kernel::Conv(cg), Some(Loc::Const(k))) if !cg.depthwise && values[output].dt != Dt::I8 => {
+                    let w = consts.get(k).map(|c| kernels::conv::float_cow(c.view()));
+                    // Only a filter of the geometry's size: its loops are then bounded by
+                    // the filter (a damaged geometry is refused when the node runs).
+                    let w = w.and_then(Result::ok).filter(|w| Some(w.len()) == cg.filter_len());
+                    w.map(|w| kernels::conv::pack_filter(cg, &w))
+                }
+                _ => None,
+            };
+            nodes.push(NodePlan { index: ni, kernel, inputs, output, act, packed });
         }
         if let Some(k) = output_values.iter().position(|&v| !defined[v]) {
             return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} is never written")));
@@ -785,6 +798,7 @@ impl SegmentPlan {
                 x,
                 in_shapes[0],
                 ins[1],
+                n.packed.as_deref(),
                 ins.get(2).copied(),
                 out_re,
                 oshape,

@@ -92,6 +92,41 @@ impl ConvGeom {
     }
 }
 
+/// Regular (not depthwise) fp32 filters repacked as XNNPACK packs them: one row of
+/// `group_out` output channels per (group, tap, input channel), so the inner loop is an axpy
+/// across output channels. A dot product per output channel over `group_in` inputs costs a
+/// call and a horizontal sum each; with the 3 input channels of a first layer that was ~50x
+/// slower than the arithmetic. The plan packs constant filters once, as XNNPACK does at
+/// operator creation; `conv2d` packs any other filter per call. Callers check first that
+/// `w` has the geometry's `filter_len` (the loops run over the geometry).
+pub fn pack_filter(g: &ConvGeom, w: &[f32]) -> Vec<f32> {
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (gi_n, go, cin) = (g.groups, g.group_out, g.group_in);
+    if w.is_empty() {
+        // Some factor is zero: the others may be anything, so do not loop over them.
+        return Vec::new();
+    }
+    let mut p = vec![0f32; w.len()];
+    for gi in 0..gi_n {
+        for m in 0..go {
+            let k = gi * go + m;
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    for ci in 0..cin {
+                        let (to, from) =
+                            ((((gi * kh + ky) * kw + kx) * cin + ci) * go + m, ((k * kh + ky) * kw + kx) * cin + ci);
+                        if let (Some(t), Some(&f)) = (p.get_mut(to), w.get(from)) {
+                            *t = f;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    p
+}
+
+/// `w` is the filter as stored (depthwise) or packed by [`pack_filter`] (regular).
 #[allow(clippy::too_many_arguments)]
 fn conv_f32(
     ctx: &Ctx,
@@ -108,31 +143,6 @@ fn conv_f32(
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let isa = ctx.isa;
     let bytes = (x.len() + w.len() + out.len()) * 4 * kh * kw;
-    // Regular convolutions: weights repacked as XNNPACK packs them, one row of `group_out`
-    // output channels per (group, tap, input channel), so the inner loop is an axpy across
-    // output channels. A dot product per output channel over `group_in` inputs costs a call
-    // and a horizontal sum each; with the 3 input channels of a first layer that was ~50x
-    // slower than the arithmetic.
-    let packed: Vec<f32> = if g.depthwise {
-        Vec::new()
-    } else {
-        let (gi_n, go, cin) = (g.groups, g.group_out, g.group_in);
-        let mut p = vec![0f32; w.len()];
-        for gi in 0..gi_n {
-            for m in 0..go {
-                let k = gi * go + m;
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        for ci in 0..cin {
-                            p[(((gi * kh + ky) * kw + kx) * cin + ci) * go + m] =
-                                w[((k * kh + ky) * kw + kx) * cin + ci];
-                        }
-                    }
-                }
-            }
-        }
-        p
-    };
     ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
         for (p, o) in chunk.chunks_mut(oc).enumerate() {
             let pix = start / oc + p;
@@ -161,7 +171,7 @@ fn conv_f32(
                         let og = &mut o[gi * go..(gi + 1) * go];
                         let rows = (((gi * kh + ky) * kw + kx) * cin) * go;
                         for (ci, &xv) in xr[gi * cin..(gi + 1) * cin].iter().enumerate() {
-                            simd::axpy(isa, og, xv, &packed[rows + ci * go..rows + (ci + 1) * go]);
+                            simd::axpy(isa, og, xv, &w[rows + ci * go..rows + (ci + 1) * go]);
                         }
                     }
                 }
@@ -170,7 +180,8 @@ fn conv_f32(
     });
 }
 
-/// Convolution with an optional bias and fused output clamp.
+/// Convolution with an optional bias and fused output clamp. `packed`: the filter already
+/// packed by [`pack_filter`] (regular convolutions with a constant filter).
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     ctx: &Ctx,
@@ -178,6 +189,7 @@ pub fn conv2d(
     x: View,
     ish: &[usize],
     w: View,
+    packed: Option<&[f32]>,
     b: Option<View>,
     out: ViewMut,
     osh: &[usize],
@@ -196,7 +208,11 @@ pub fn conv2d(
     }
     let oc = osh[3];
     // fp32 weights and bias are read in place; anything else is widened.
-    let wf = float_cow(w)?;
+    let wf = match packed {
+        _ if g.depthwise => float_cow(w)?,
+        Some(p) if p.len() == w.len() => Cow::Borrowed(p),
+        _ => Cow::Owned(pack_filter(g, &float_cow(w)?)),
+    };
     let bf = b.map(float_cow).transpose()?;
     if bf.as_ref().is_some_and(|b| b.len() != oc) {
         return Err(format!("bias length differs from {oc} output channels"));
