@@ -513,14 +513,15 @@ pub fn to_markdown(kills: &[Kill], b: &HuntBudget, command: &str, total: Duratio
         }
     }
     let _ = writeln!(s, "\n## Reproducers\n");
-    let _ = writeln!(s, "Fuzz kills: the minimized case (replay with `cargo run --release -p harness --features mutants -- replay FILE` after activating the bug; without the bug it passes). Gate kills: the first changed count.\n");
+    let _ = writeln!(s, "Fuzz kills: the minimized case (replay with `cargo run --release -p harness --features mutants -- replay --mutant NAME FILE`; without `--mutant` it passes). Gate kills: the first changed count.\n");
     for k in kills {
         let _ = writeln!(s, "- `{}`: {}", k.mutant, if k.killed() { "" } else { "SURVIVED" });
         if let Some(m) = k.minimized.as_ref().or(k.fuzz.case.as_ref()) {
             let _ = writeln!(s, "  - case: `{}`", m.to_json());
         }
         if !k.fuzz.detail.is_empty() {
-            let _ = writeln!(s, "  - fuzz: {}", k.fuzz.detail.replace('|', "\\|"));
+            let _ =
+                writeln!(s, "  - fuzz (the case as found, before minimizing): {}", k.fuzz.detail.replace('|', "\\|"));
         }
         if let Some(g) = k.gate.as_ref().filter(|g| g.killed) {
             let _ = writeln!(s, "  - gate: {}", g.detail.replace('|', "\\|"));
@@ -582,10 +583,11 @@ pub fn run(args: MutantsArgs) -> anyhow::Result<ExitCode> {
             minimize: !args.no_minimize,
             gate: if args.no_gate { GateUse::Never } else { GateUse::Always },
         };
-        let switches: Vec<(String, Box<dyn Fn(bool)>)> = Mutant::ALL
+        type Switch = Box<dyn Fn(bool)>;
+        let switches: Vec<(String, Switch)> = Mutant::ALL
             .iter()
             .filter(|m| args.only.is_empty() || args.only.iter().any(|o| m.name().contains(o.as_str())))
-            .map(|&m| (m.name(), Box::new(move |on: bool| set_active(on.then_some(m))) as Box<dyn Fn(bool)>))
+            .map(|&m| (m.name(), Box::new(move |on: bool| set_active(on.then_some(m))) as Switch))
             .collect();
         if switches.is_empty() {
             anyhow::bail!("--only matches no seeded bug; they are: {:?}", Mutant::ALL.map(|m| m.name()));

@@ -23,6 +23,11 @@ pub struct ReplayArgs {
     /// Print the case's graph (nodes and specs) too.
     #[arg(long)]
     pub graph: bool,
+    /// Replay with this seeded bug active (`harness mutants` lists them; builds with
+    /// `--features mutants` only), to see a reproducer from `reports/mutants.md` fail.
+    #[cfg(feature = "mutants")]
+    #[arg(long)]
+    pub mutant: Option<String>,
 }
 
 /// How one replayed case went.
@@ -51,6 +56,15 @@ pub fn replay_case(case: &Case) -> (Outcome, String) {
 }
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode> {
+    #[cfg(feature = "mutants")]
+    if let Some(name) = &args.mutant {
+        use delegate::mutants::{set_active, Mutant};
+        let Some(m) = Mutant::ALL.into_iter().find(|m| m.name() == *name) else {
+            anyhow::bail!("no seeded bug named {name:?}; they are: {:?}", Mutant::ALL.map(|m| m.name()));
+        };
+        set_active(Some(m));
+        println!("seeded bug {name} active");
+    }
     let mut bad = 0;
     let mut total = 0;
     for f in &args.files {
