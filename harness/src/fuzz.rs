@@ -12,7 +12,8 @@
 //!
 //! Case `k` of a campaign depends only on `(seed, k)`; shard `i/n` runs the cases with
 //! `k % n == i`, so `n` machines with the same seed split one campaign with no overlap, and
-//! `--seed S --cases N` reproduces a run exactly.
+//! `--seed S --cases N --jobs 1` reproduces a run exactly. Within a process, `--jobs` workers
+//! (default: one per CPU) take case numbers from one counter.
 
 use crate::case::{Case, Pattern};
 use crate::gen::{nth_case, GenConfig};
@@ -29,7 +30,7 @@ use std::io::IsTerminal;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -82,6 +83,11 @@ pub struct FuzzArgs {
     /// job exits with status 3 (0: no watchdog).
     #[arg(long, default_value_t = 30.0)]
     pub case_timeout: f64,
+    /// Worker threads checking cases side by side (default: one per CPU). Each case still
+    /// depends only on (seed, index) and `--cases N` runs the first N of the shard; with
+    /// `--pattern`/`--dtype` filters that holds for `--jobs 1` only.
+    #[arg(long)]
+    pub jobs: Option<usize>,
     /// Write cargo-fuzz seed corpora built from corpora/ into this folder, then exit.
     #[arg(long, value_name = "DIR")]
     pub export_fuzz_corpus: Option<PathBuf>,
@@ -106,6 +112,8 @@ pub struct Campaign {
     /// A case running longer than this is saved (when `out_dir` is set) and ends the process
     /// with status 3: see [`Watchdog`].
     pub case_timeout: Option<Duration>,
+    /// Worker threads, each checking its own cases (1: cases run in index order).
+    pub jobs: usize,
 }
 
 impl Default for Campaign {
@@ -124,6 +132,7 @@ impl Default for Campaign {
             patterns: vec![],
             dtypes: vec![],
             case_timeout: Some(Duration::from_secs(30)),
+            jobs: 1,
         }
     }
 }
@@ -294,33 +303,81 @@ pub fn campaign(c: &Campaign) -> Outcome {
     out
 }
 
+/// State the workers of one campaign share.
+struct Shared {
+    start: Instant,
+    /// Next case number of this shard (case index `shard + nshards * t`).
+    next: AtomicU64,
+    /// Cases taken (filtered ones excluded), for `max_cases` under `--pattern`/`--dtype`.
+    taken: AtomicU64,
+    checked: AtomicU64,
+    filtered: AtomicU64,
+    failures: AtomicU64,
+    stop: AtomicBool,
+    last_status: Mutex<Instant>,
+    outcome: Mutex<Outcome>,
+}
+
 fn campaign_inner(c: &Campaign) -> Outcome {
     let start = Instant::now();
-    let mut outcome = Outcome::default();
-    let (shard, nshards) = c.shard;
     let bar = if c.progress { Some(progress_bar(c)) } else { None };
+    let shared = Shared {
+        start,
+        next: AtomicU64::new(0),
+        taken: AtomicU64::new(0),
+        checked: AtomicU64::new(0),
+        filtered: AtomicU64::new(0),
+        failures: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        last_status: Mutex::new(start),
+        outcome: Mutex::new(Outcome::default()),
+    };
+    std::thread::scope(|s| {
+        for w in 1..c.jobs.max(1) {
+            let (shared, bar) = (&shared, bar.as_ref());
+            // A worker that cannot start leaves its share to the others.
+            let _ =
+                std::thread::Builder::new().name(format!("fuzz-{w}")).spawn_scoped(s, move || worker(c, shared, bar));
+        }
+        worker(c, &shared, bar.as_ref());
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let mut outcome = shared.outcome.into_inner().unwrap_or_else(|e| e.into_inner());
+    outcome.found.sort_by_key(|f| f.index);
+    outcome.filtered = shared.filtered.into_inner();
+    outcome.elapsed = start.elapsed();
+    outcome
+}
+
+/// One worker of a campaign: takes case numbers from the shared counter until a limit, a
+/// failure (without `--keep-going`) or another worker stops the campaign.
+fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
+    let (shard, nshards) = c.shard;
     let plain_status = c.progress && !std::io::stderr().is_terminal();
-    let mut last_status = Instant::now();
-    let mut index = shard;
     let watchdog = c.case_timeout.map(|t| Watchdog::start(t, hang_handler(c)));
-    loop {
-        if c.max_cases.is_some_and(|m| outcome.coverage.cases >= m) {
+    let mut local = Outcome::default();
+    while !sh.stop.load(Ordering::Acquire) && c.duration.is_none_or(|d| sh.start.elapsed() < d) {
+        let t = sh.next.fetch_add(1, Ordering::Relaxed);
+        let unfiltered = c.patterns.is_empty() && c.dtypes.is_empty();
+        if unfiltered && c.max_cases.is_some_and(|m| t >= m) {
+            // Every number is a case: the first `m` numbers, whatever the number of workers.
             break;
         }
-        if c.duration.is_some_and(|d| start.elapsed() >= d) {
-            break;
-        }
-        let case = nth_case(c.seed, index, &c.gen);
-        let this = index;
-        index += nshards;
+        let this = shard + nshards * t;
+        let case = nth_case(c.seed, this, &c.gen);
         if (!c.patterns.is_empty() && !c.patterns.contains(&case.pattern))
             || (!c.dtypes.is_empty() && !c.dtypes.contains(&case.dtype))
         {
-            outcome.filtered += 1;
-            if outcome.filtered > 1_000_000 && outcome.coverage.cases == 0 {
-                break;
+            let f = sh.filtered.fetch_add(1, Ordering::Relaxed) + 1;
+            if f > 1_000_000 && sh.checked.load(Ordering::Relaxed) == 0 {
+                sh.stop.store(true, Ordering::Release);
             }
             continue;
+        }
+        if !unfiltered && c.max_cases.is_some_and(|m| sh.taken.fetch_add(1, Ordering::Relaxed) >= m) {
+            break;
         }
         if let Some(w) = &watchdog {
             w.watch(&case, this);
@@ -330,46 +387,46 @@ fn campaign_inner(c: &Campaign) -> Outcome {
             // Minimizing a failure runs many cases and may take longer than one case.
             w.clear();
         }
-        outcome.coverage.record(&case, &report);
+        local.coverage.record(&case, &report);
+        let n = sh.checked.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(label) = failure_label(&report) {
-            if let Some(b) = &bar {
+            sh.failures.fetch_add(1, Ordering::Relaxed);
+            if !c.keep_going {
+                // The other workers finish their case and stop; this one minimizes.
+                sh.stop.store(true, Ordering::Release);
+            }
+            if let Some(b) = bar {
                 b.suspend(|| eprintln!("\nfailure {label} at case #{this}: {}\nminimizing...", case.label()));
             }
             let found = handle_failure(c, this, &case, &label, &report);
-            if let Some(b) = &bar {
+            if let Some(b) = bar {
                 b.suspend(|| print_found(&found));
             }
-            outcome.found.push(found);
+            local.found.push(found);
             if !c.keep_going {
                 break;
             }
         }
-        let n = outcome.coverage.cases;
-        if let Some(b) = &bar {
-            if n % 64 == 0 {
-                let el = start.elapsed().as_secs_f64();
-                match c.max_cases {
-                    Some(_) => b.set_position(n),
-                    None => b.set_position(el as u64),
-                }
-                b.set_message(format!(
-                    "{n} cases, {:.0} cases/s, {} failures",
-                    n as f64 / el.max(1e-9),
-                    outcome.found.len()
-                ));
+        let el = sh.start.elapsed().as_secs_f64();
+        let failures = sh.failures.load(Ordering::Relaxed);
+        if let Some(b) = bar.filter(|_| n.is_multiple_of(64)) {
+            match c.max_cases {
+                Some(_) => b.set_position(n),
+                None => b.set_position(el as u64),
+            }
+            b.set_message(format!("{n} cases, {:.0} cases/s, {failures} failures", n as f64 / el.max(1e-9)));
+        }
+        if plain_status && n.is_multiple_of(64) {
+            let mut last = sh.last_status.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() > Duration::from_secs(10) {
+                *last = Instant::now();
+                eprintln!("fuzz: {n} cases in {el:.0} s ({:.0} cases/s), {failures} failures", n as f64 / el);
             }
         }
-        if plain_status && last_status.elapsed() > Duration::from_secs(10) {
-            last_status = Instant::now();
-            let el = start.elapsed().as_secs_f64();
-            eprintln!("fuzz: {n} cases in {el:.0} s ({:.0} cases/s), {} failures", n as f64 / el, outcome.found.len());
-        }
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    outcome.elapsed = start.elapsed();
-    outcome
+    let mut out = sh.outcome.lock().unwrap_or_else(|e| e.into_inner());
+    out.coverage.merge(&local.coverage);
+    out.found.append(&mut local.found);
 }
 
 fn progress_bar(c: &Campaign) -> ProgressBar {
@@ -661,6 +718,11 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
             t if t > 0.0 && t.is_finite() => Some(Duration::from_secs_f64(t)),
             t => bail!("--case-timeout must be a number of seconds, 0 to disable (got {t})"),
         },
+        jobs: match args.jobs {
+            Some(0) => bail!("--jobs must be at least 1"),
+            Some(j) => j,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
     };
     let limit = match (campaign.max_cases, campaign.duration) {
         (Some(n), Some(d)) => format!("{n} cases or {:.0} s", d.as_secs_f64()),
@@ -669,9 +731,11 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         (None, None) => "no limit".into(),
     };
     eprintln!(
-        "harness fuzz: seed {seed}, shard {}/{}, {limit}, inputs up to {} elements, threads 1 and {}{}",
+        "harness fuzz: seed {seed}, shard {}/{}, {limit}, {} job{}, inputs up to {} elements, threads 1 and {}{}",
         shard.0,
         shard.1,
+        campaign.jobs,
+        if campaign.jobs == 1 { "" } else { "s" },
         campaign.gen.max_elems,
         args.threads,
         if campaign.keep_going { ", keep going" } else { "" }

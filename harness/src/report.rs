@@ -24,6 +24,29 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Adds another worker's counts.
+    pub fn merge(&mut self, o: &Coverage) {
+        fn add<K: Ord + Clone>(a: &mut BTreeMap<K, u64>, b: &BTreeMap<K, u64>) {
+            for (k, v) in b {
+                *a.entry(k.clone()).or_default() += v;
+            }
+        }
+        self.cases += o.cases;
+        self.failures += o.failures;
+        add(&mut self.per_pattern, &o.per_pattern);
+        add(&mut self.per_dtype, &o.per_dtype);
+        add(&mut self.per_rank, &o.per_rank);
+        add(&mut self.per_mode, &o.per_mode);
+        add(&mut self.per_feature, &o.per_feature);
+        add(&mut self.skip_reasons, &o.skip_reasons);
+        for (k, v) in &o.per_oracle {
+            let e = self.per_oracle.entry(*k).or_default();
+            for i in 0..3 {
+                e[i] += v[i];
+            }
+        }
+    }
+
     pub fn record(&mut self, case: &Case, report: &CaseReport) {
         self.cases += 1;
         if report.failed() {

@@ -23,6 +23,8 @@ fn planted_wrong_divisor_is_caught_minimized_saved_and_replayed() {
         // Bare fp32 means: where a wrong divisor shows and nothing else is being exercised.
         patterns: vec![Pattern::Mean],
         dtypes: vec![ElemType::F32],
+        // Two workers: the first failure stops both, and what either found is kept.
+        jobs: 2,
         ..Campaign::default()
     };
     let outcome = campaign(&c);
