@@ -20,21 +20,13 @@ gate *ARGS:
 mutants *ARGS:
     cargo run --release -p harness --features mutants -- mutants {{ARGS}}
 
-# The nightly job, locally: one campaign in two shards side by side (one seed, printed;
-# every failure minimized and saved), then every cargo-fuzz target for a budget.
+# The nightly job, locally: the differential fuzz on every CPU (one job per CPU, every
+# failure minimized and saved), then every cargo-fuzz target, each for a budget.
 nightly seconds="600":
     #!/usr/bin/env bash
     set -u
-    cargo build --release -p harness || exit 1
-    seed=$(date +%s)
-    echo "nightly: seed $seed, 2 shards of {{seconds}} s"
     status=0
-    pids=()
-    for i in 0 1; do
-        cargo run --release -q -p harness -- fuzz --duration {{seconds}} --seed "$seed" --shard "$i/2" --keep-going --quiet &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    cargo run --release -p harness -- fuzz --duration {{seconds}} --keep-going --quiet || status=1
     cd fuzz || exit 1
     for t in differential load_bytes roundtrip; do
         cargo fuzz run --sanitizer none "$t" -- -max_total_time={{seconds}} || status=1
