@@ -13,6 +13,7 @@
 use reference::dtype::{ElemType, QuantParams};
 use reference::graph::{Conv2dParams, Graph, GraphBuilder, GraphError, TensorSpec, T};
 use reference::tensor::{Tensor, TensorData};
+use reference::MemoryFormat;
 use std::sync::Arc;
 
 /// Which list a program belongs to (reported in the golden table, never used to skip).
@@ -289,6 +290,25 @@ fn table(c: &mut Catalog) {
             vec![rmsnorm(g, x, 256, ElemType::F32, w)]
         },
     );
+    // A requantizing copy before a qs8 mean (the two requantization bugs found on
+    // 2026-11-30): its converts must stay, in every mode.
+    for (name, reshape) in [("qs8_requant_copy_mean", false), ("qs8_requant_reshape_mean", true)] {
+        let what = if reshape { "a same-shape reshape" } else { "a same-layout memory-format copy" };
+        c.add(
+            Table,
+            name.into(),
+            format!("qs8 1x8x16 requantized through {what} (1/64 -> 1/32), then mean(-1)"),
+            "qs8_requant",
+            "1x8x16".into(),
+            ElemType::Qs8,
+            move |g, _| {
+                let x = q_dq(g, g.input("x", TensorSpec::f32(&[1, 8, 16])), Q_IN);
+                let c = if reshape { g.reshape(x, &[1, 8, 16]) } else { g.to_format(x, MemoryFormat::Contiguous) };
+                let m = g.mean(q_dq(g, c, Q_OUT), &[-1], true);
+                vec![q_dq(g, m, Q_IN)]
+            },
+        );
+    }
     for (name, dims, what) in [("qs8_mean_inner", -1i64, "innermost"), ("qs8_mean_middle", 1, "middle")] {
         c.add(
             Table,
