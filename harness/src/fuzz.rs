@@ -358,9 +358,9 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
     let plain_status = c.progress && !std::io::stderr().is_terminal();
     let watchdog = c.case_timeout.map(|t| Watchdog::start(t, hang_handler(c)));
     let mut local = Outcome::default();
+    let unfiltered = c.patterns.is_empty() && c.dtypes.is_empty();
     while !sh.stop.load(Ordering::Acquire) && c.duration.is_none_or(|d| sh.start.elapsed() < d) {
         let t = sh.next.fetch_add(1, Ordering::Relaxed);
-        let unfiltered = c.patterns.is_empty() && c.dtypes.is_empty();
         if unfiltered && c.max_cases.is_some_and(|m| t >= m) {
             // Every number is a case: the first `m` numbers, whatever the number of workers.
             break;

@@ -359,8 +359,6 @@ impl GateBaseline {
     }
 }
 
-impl GateBaseline {}
-
 /// Collapses whitespace runs (a flatbuffer verifier message spans lines) for CSV and tables.
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -20,7 +20,7 @@ use crate::dtype::{round_f64, ElemType};
 use crate::graph::{
     mean_axes, normalize_dims, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op, TensorSpec,
 };
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{strided_indices, Tensor, TensorData};
 
 /// Why a graph could not be run. Both wrap the [`GraphError`] naming the node and the reason.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -158,28 +158,6 @@ fn row_major_strides(shape: &[usize]) -> Vec<usize> {
         s[d] = s[d + 1] * shape[d + 1];
     }
     s
-}
-
-/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`.
-/// An empty shape has exactly one index (offset 0).
-fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
-    let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    let mut off = 0usize;
-    for _ in 0..n {
-        out.push(off);
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            off += strides[d];
-            if idx[d] < shape[d] {
-                break;
-            }
-            off -= strides[d] * idx[d];
-            idx[d] = 0;
-        }
-    }
-    out
 }
 
 /// Compensated f64 accumulator: Knuth's branch-free TwoSum keeps the exact rounding error of

@@ -99,6 +99,29 @@ pub struct Tensor {
     pub data: TensorData,
 }
 
+/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`; an empty
+/// shape has exactly one index (offset 0). The offset is carried along (an odometer), not
+/// recomputed per element.
+pub(crate) fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    let mut off = 0usize;
+    for _ in 0..n {
+        out.push(off);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            off += strides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            off -= strides[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
 impl Tensor {
     pub fn new(shape: Vec<usize>, data: TensorData) -> Self {
         Tensor { shape, format: MemoryFormat::Contiguous, quant: None, data }
@@ -151,24 +174,7 @@ impl Tensor {
             strides[d] = s;
             s *= shape[d];
         }
-        let n: usize = shape.iter().product();
-        let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; rank];
-        // The offset is carried along (an odometer), not recomputed per element.
-        let mut off = 0usize;
-        for _ in 0..n {
-            out.push(off);
-            for d in (0..rank).rev() {
-                idx[d] += 1;
-                off += strides[d];
-                if idx[d] < shape[d] {
-                    break;
-                }
-                off -= strides[d] * shape[d];
-                idx[d] = 0;
-            }
-        }
-        out
+        strided_indices(shape, &strides)
     }
 
     /// The same values stored in another memory format.

@@ -293,81 +293,78 @@ pub fn execute(
     let mut first_detail: Option<String> = None;
     let mut first: Option<engine::Prepared> = None;
     for &(threads, simd) in configs {
-        {
-            let config = format!("{} threads={threads} {}", program.mode.name(), simd.name());
-            let prepared = match given.or(first.as_ref()) {
-                Some(p) => p.reconfigure(threads, simd),
-                None => engine::prepare(program, threads, simd),
-            };
-            let mut prepared = match prepared {
-                Ok(p) => p,
-                Err(e) if e.unavailable => return skipped(&e.message),
-                Err(e) => {
+        let config = format!("{} threads={threads} {}", program.mode.name(), simd.name());
+        let prepared = match given.or(first.as_ref()) {
+            Some(p) => p.reconfigure(threads, simd),
+            None => engine::prepare(program, threads, simd),
+        };
+        let mut prepared = match prepared {
+            Ok(p) => p,
+            Err(e) if e.unavailable => return skipped(&e.message),
+            Err(e) => {
+                if !errors.is_fail() {
+                    errors = Verdict::fail("prepare_failed", format!("{config}: {e}"));
+                }
+                continue;
+            }
+        };
+        for (r, run) in runs.iter().enumerate() {
+            let got = prepared.run(&run.inputs);
+            let run_name = if runs.len() > 1 { format!(" run {r} shapes {:?}", run.shapes[0]) } else { String::new() };
+            match (&run.outputs, got) {
+                (_, Err(e)) if e.unavailable => return skipped(&e.message),
+                (Ok(want), Ok(got)) => {
+                    if got.len() != want.len() {
+                        failing_configs.push(format!("{config}{run_name}"));
+                        first_detail.get_or_insert_with(|| {
+                            format!("{} outputs from the delegate, {} from the reference", got.len(), want.len())
+                        });
+                        continue;
+                    }
+                    for (o, (w, g)) in want.iter().zip(&got).enumerate() {
+                        let mut mag = || run.magnitude().and_then(|m| m.get(o)).map(|t| t.values_f64());
+                        let mut peak = || run.peak_magnitude();
+                        if let Some(d) = compare(
+                            w,
+                            g,
+                            &mut mag,
+                            &mut peak,
+                            &tolerance(case, built, o, run.shapes.first().map_or(&[], |s| s)),
+                        ) {
+                            failing_configs.push(format!("{config}{run_name} output {o}"));
+                            first_detail.get_or_insert_with(|| format!("[{config}{run_name} output {o}] {d}"));
+                            break;
+                        }
+                    }
+                }
+                (Ok(_), Err(e)) => {
                     if !errors.is_fail() {
-                        errors = Verdict::fail("prepare_failed", format!("{config}: {e}"));
+                        errors = Verdict::fail(
+                            "delegate_run_rejects",
+                            format!("{config}{run_name}: the reference runs it, the delegate says {e}"),
+                        );
                     }
-                    continue;
                 }
-            };
-            for (r, run) in runs.iter().enumerate() {
-                let got = prepared.run(&run.inputs);
-                let run_name =
-                    if runs.len() > 1 { format!(" run {r} shapes {:?}", run.shapes[0]) } else { String::new() };
-                match (&run.outputs, got) {
-                    (_, Err(e)) if e.unavailable => return skipped(&e.message),
-                    (Ok(want), Ok(got)) => {
-                        if got.len() != want.len() {
-                            failing_configs.push(format!("{config}{run_name}"));
-                            first_detail.get_or_insert_with(|| {
-                                format!("{} outputs from the delegate, {} from the reference", got.len(), want.len())
-                            });
-                            continue;
-                        }
-                        for (o, (w, g)) in want.iter().zip(&got).enumerate() {
-                            let mut mag = || run.magnitude().and_then(|m| m.get(o)).map(|t| t.values_f64());
-                            let mut peak = || run.peak_magnitude();
-                            if let Some(d) = compare(
-                                w,
-                                g,
-                                &mut mag,
-                                &mut peak,
-                                &tolerance(case, built, o, run.shapes.first().map_or(&[], |s| s)),
-                            ) {
-                                failing_configs.push(format!("{config}{run_name} output {o}"));
-                                first_detail.get_or_insert_with(|| format!("[{config}{run_name} output {o}] {d}"));
-                                break;
-                            }
-                        }
+                (Err(want), Ok(_)) => {
+                    if !errors.is_fail() {
+                        errors = Verdict::fail(
+                            "delegate_run_accepts",
+                            format!("{config}{run_name}: the reference rejects it ({want}), the delegate runs it"),
+                        );
                     }
-                    (Ok(_), Err(e)) => {
-                        if !errors.is_fail() {
-                            errors = Verdict::fail(
-                                "delegate_run_rejects",
-                                format!("{config}{run_name}: the reference runs it, the delegate says {e}"),
-                            );
-                        }
-                    }
-                    (Err(want), Ok(_)) => {
-                        if !errors.is_fail() {
-                            errors = Verdict::fail(
-                                "delegate_run_accepts",
-                                format!("{config}{run_name}: the reference rejects it ({want}), the delegate runs it"),
-                            );
-                        }
-                    }
-                    (Err(want), Err(e)) => {
-                        if want.class != e.class && !errors.is_fail() {
-                            errors = Verdict::fail(
-                                "class_mismatch",
-                                format!("{config}{run_name}: reference {want}; delegate {e}"),
-                            );
-                        }
+                }
+                (Err(want), Err(e)) => {
+                    if want.class != e.class && !errors.is_fail() {
+                        errors = Verdict::fail(
+                            "class_mismatch",
+                            format!("{config}{run_name}: reference {want}; delegate {e}"),
+                        );
                     }
                 }
             }
-            if given.is_none() && first.is_none() {
-                first = Some(prepared);
-            }
+        }
+        if given.is_none() && first.is_none() {
+            first = Some(prepared);
         }
     }
     if let Some(d) = first_detail {
