@@ -903,11 +903,32 @@ multiversion! {
 }
 
 multiversion! {
-    /// `acc[i] += s * x[i]`.
-    pub fn axpy(acc: &mut [f32], s: f32, x: &[f32]) {
-        let x = &x[..acc.len()];
-        for i in 0..acc.len() {
-            acc[i] += s * x[i];
+    /// `acc[j] += xs[i] * w[i * acc.len() + j]` for every `i` in order: an axpy per row of `w`,
+    /// each 8-wide block of `acc` kept in registers across the rows (a regular convolution
+    /// tap: input channels times packed output channels), so a tap is one call, not one per
+    /// input channel. Each element is a chain of separate multiplies and adds, as on every path.
+    pub fn axpy_rows(acc: &mut [f32], xs: &[f32], w: &[f32]) {
+        let n = acc.len();
+        let w = &w[..xs.len() * n];
+        let mut j = 0;
+        while j + 8 <= n {
+            let mut r = [0f32; 8];
+            r.copy_from_slice(&acc[j..j + 8]);
+            for (i, &s) in xs.iter().enumerate() {
+                let wr = &w[i * n + j..i * n + j + 8];
+                for k in 0..8 {
+                    r[k] += s * wr[k];
+                }
+            }
+            acc[j..j + 8].copy_from_slice(&r);
+            j += 8;
+        }
+        for jj in j..n {
+            let mut r = acc[jj];
+            for (i, &s) in xs.iter().enumerate() {
+                r += s * w[i * n + jj];
+            }
+            acc[jj] = r;
         }
     }
 }

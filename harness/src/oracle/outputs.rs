@@ -141,10 +141,16 @@ impl Tolerance {
     }
 }
 
+/// `|ref_i| * MAGNITUDE_FLOOR <= M_i`: the magnitude bounds the exact value, and the reference
+/// output is that value rounded once (relative error at most `2^-8`, bf16's unit roundoff),
+/// while the twin's own f32 roundings (`2^-24` per op) stay far below the slack left.
+const MAGNITUDE_FLOOR: f64 = 1.0 / (1.0 + 1.0 / 128.0);
+
 /// Compares one delegate output with the reference. `None` when equal within tolerance;
 /// otherwise the full difference, every mismatching element (up to 64 listed).
-/// `magnitude` is asked for only when some element is more than one ulp away (a difference
-/// of at most one ulp passes whatever the magnitude).
+/// `magnitude` (the twin's evaluation, as costly as the reference's) is asked for only when
+/// some element is more than one ulp away and beyond its bound at `|ref| * MAGNITUDE_FLOOR`,
+/// a magnitude no larger than the true one: either passes whatever the magnitude.
 pub fn compare(
     reference: &Tensor,
     got: &Tensor,
@@ -200,7 +206,12 @@ pub fn compare(
             } else {
                 Some(false)
             }
-        } else if (g[i] - r[i]).abs() <= ulp(out_dt, r[i]) && tol.step.is_none() {
+        } else if tol.step.is_none()
+            && ((g[i] - r[i]).abs() <= ulp(out_dt, r[i])
+                || (g[i] - r[i]).abs() <= tol.bound(out_dt, r[i], r[i].abs() * MAGNITUDE_FLOOR))
+        {
+            // Within the bound at a magnitude no larger than the true one: the bound only
+            // grows with the magnitude, so the twin need not be evaluated.
             Some(true)
         } else {
             None
@@ -416,6 +427,33 @@ mod tests {
         assert!(compare_with(&r, &g, Some(&r), &tol).is_some());
         // A huge intermediate anywhere in the graph (the peak) excuses it too.
         assert!(compare(&r, &g, &mut || None, &mut || 1.0e38, &tol).is_none());
+    }
+
+    #[test]
+    fn the_twin_is_evaluated_only_beyond_the_bound_at_the_reference_magnitude() {
+        // acc_len 64: the bound at |ref| = 1 is (64 + 6) u + ulp(1) = 72 u.
+        let tol = Tolerance { acc_len: 64, ops: 1, compute: ElemType::F32, step: None, exact: false };
+        let r = Tensor::f32(&[2], vec![1.0, -2.0]);
+        let asked = std::cell::Cell::new(0);
+        let mut mag = |m: f64| {
+            let asked = &asked;
+            move || {
+                asked.set(asked.get() + 1);
+                Some(vec![m, m])
+            }
+        };
+        // 40 ulps (80 u) away at 1.0 is beyond the bound at |ref| = 1 (72 u); 20 ulps away at
+        // -2.0 is within it. The twin is asked for, and a magnitude of 4 excuses it.
+        let near = Tensor::f32(&[2], vec![1.0 + 40.0 * f32::EPSILON, -2.0 + 20.0 * 2.0 * f32::EPSILON]);
+        assert!(compare(&r, &near, &mut mag(4.0), &mut || 0.0, &tol).is_none());
+        assert_eq!(asked.get(), 1);
+        // A magnitude equal to |ref| does not.
+        assert!(compare(&r, &near, &mut mag(1.0), &mut || 0.0, &tol).is_some());
+        assert_eq!(asked.get(), 2);
+        // 30 ulps (60 u) away passes at |ref| without the twin.
+        let close = Tensor::f32(&[2], vec![1.0 + 30.0 * f32::EPSILON, -2.0]);
+        assert!(compare(&r, &close, &mut mag(1.0), &mut || 0.0, &tol).is_none());
+        assert_eq!(asked.get(), 2);
     }
 
     #[test]

@@ -34,17 +34,20 @@ impl ConvGeom {
         mut f: impl FnMut(usize, usize, usize),
     ) {
         let (n, y, xo) = pix;
+        let (top, left) = (self.padding[0], self.padding[3]);
         for ky in 0..self.kernel[0] {
-            let iy = (y * self.stride[0] + ky * self.dilation[0]) as isize - self.padding[0] as isize;
-            if iy < 0 || iy >= h as isize {
+            // Padded coordinates: the tap is inside when `top <= iy < top + h`.
+            let iy = y * self.stride[0] + ky * self.dilation[0];
+            if iy < top || iy - top >= h {
                 continue;
             }
+            let row = (n * h + iy - top) * wd;
             for kx in 0..self.kernel[1] {
-                let ix = (xo * self.stride[1] + kx * self.dilation[1]) as isize - self.padding[3] as isize;
-                if ix < 0 || ix >= wd as isize {
+                let ix = xo * self.stride[1] + kx * self.dilation[1];
+                if ix < left || ix - left >= wd {
                     continue;
                 }
-                f(ky, kx, ((n * h + iy as usize) * wd + ix as usize) * c);
+                f(ky, kx, (row + ix - left) * c);
             }
         }
     }
@@ -170,9 +173,7 @@ fn conv_f32(
                     for gi in 0..g.groups {
                         let og = &mut o[gi * go..(gi + 1) * go];
                         let rows = (((gi * kh + ky) * kw + kx) * cin) * go;
-                        for (ci, &xv) in xr[gi * cin..(gi + 1) * cin].iter().enumerate() {
-                            simd::axpy(isa, og, xv, &w[rows + ci * go..rows + (ci + 1) * go]);
-                        }
+                        simd::axpy_rows(isa, og, &xr[gi * cin..(gi + 1) * cin], &w[rows..rows + cin * go]);
                     }
                 }
             });

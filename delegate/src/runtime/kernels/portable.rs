@@ -16,29 +16,34 @@ enum Vals {
     Q(Vec<i8>),
 }
 
-/// `out.shape[k] = shape[perm[k]]`, row-major in and out.
-fn permute<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
-    let r = shape.len();
-    let mut ist = vec![1usize; r];
-    for i in (0..r.saturating_sub(1)).rev() {
-        ist[i] = ist[i + 1] * shape[i + 1];
-    }
-    let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`, carried along
+/// as an odometer (no division per element).
+fn offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
     let n: usize = shape.iter().product();
     let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; r];
+    let mut idx = vec![0usize; shape.len()];
+    let mut off = 0usize;
     for _ in 0..n {
-        let off: usize = (0..r).map(|k| idx[k] * ist[perm[k]]).sum();
-        out.push(x[off]);
-        for k in (0..r).rev() {
+        out.push(off);
+        for k in (0..shape.len()).rev() {
             idx[k] += 1;
-            if idx[k] < oshape[k] {
+            off += strides[k];
+            if idx[k] < shape[k] {
                 break;
             }
+            off -= strides[k] * idx[k];
             idx[k] = 0;
         }
     }
     out
+}
+
+/// `out.shape[k] = shape[perm[k]]`, row-major in and out.
+fn permute<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+    let ist = strides(shape);
+    let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let pst: Vec<usize> = perm.iter().map(|&p| ist[p]).collect();
+    offsets(&oshape, &pst).into_iter().map(|o| x[o]).collect()
 }
 
 /// The physical dim order of `format` for a tensor of `rank` (identity when it does not apply).
@@ -135,27 +140,14 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
             let kshape: Vec<usize> = kept.iter().map(|&d| x.shape[d]).collect();
             let rshape: Vec<usize> = axes.iter().map(|&d| x.shape[d]).collect();
-            let (nk, nr): (usize, usize) = (kshape.iter().product(), rshape.iter().product());
-            let mut res = Vec::with_capacity(nk);
-            for o in 0..nk {
-                let mut base = 0;
-                let mut rem = o;
-                for (j, &d) in kept.iter().enumerate().rev() {
-                    base += (rem % kshape[j]) * st[d];
-                    rem /= kshape[j];
-                }
-                let mut sum = 0f32;
-                for r in 0..nr {
-                    let mut off = base;
-                    let mut rem = r;
-                    for (j, &d) in axes.iter().enumerate().rev() {
-                        off += (rem % rshape[j]) * st[d];
-                        rem /= rshape[j];
-                    }
-                    sum += v[off];
-                }
-                res.push(sum / nr as f32);
-            }
+            let kst: Vec<usize> = kept.iter().map(|&d| st[d]).collect();
+            let rst: Vec<usize> = axes.iter().map(|&d| st[d]).collect();
+            let nr: usize = rshape.iter().product();
+            let red = offsets(&rshape, &rst);
+            let res: Vec<f32> = offsets(&kshape, &kst)
+                .into_iter()
+                .map(|base| red.iter().fold(0f32, |sum, &o| sum + v[base + o]) / nr as f32)
+                .collect();
             let mut oshape = Vec::new();
             for (d, &s) in x.shape.iter().enumerate() {
                 if !axes.contains(&d) {
@@ -179,27 +171,19 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
                     .collect()
             };
             let (sa, sb) = (bst(&ins[0].shape), bst(&ins[1].shape));
-            let n: usize = oshape.iter().product();
-            let mut res = Vec::with_capacity(n);
-            let mut idx = vec![0usize; r];
-            for _ in 0..n {
-                let oa: usize = (0..r).map(|k| idx[k] * sa[k]).sum();
-                let ob: usize = (0..r).map(|k| idx[k] * sb[k]).sum();
-                let (p, q) = (a[oa], bb[ob]);
-                res.push(match b {
-                    reference::graph::BinaryOp::Add => p + q,
-                    reference::graph::BinaryOp::Sub => p - q,
-                    reference::graph::BinaryOp::Mul => p * q,
-                    reference::graph::BinaryOp::Div => p / q,
-                });
-                for k in (0..r).rev() {
-                    idx[k] += 1;
-                    if idx[k] < oshape[k] {
-                        break;
+            let res: Vec<f32> = offsets(&oshape, &sa)
+                .into_iter()
+                .zip(offsets(&oshape, &sb))
+                .map(|(oa, ob)| {
+                    let (p, q) = (a[oa], bb[ob]);
+                    match b {
+                        reference::graph::BinaryOp::Add => p + q,
+                        reference::graph::BinaryOp::Sub => p - q,
+                        reference::graph::BinaryOp::Mul => p * q,
+                        reference::graph::BinaryOp::Div => p / q,
                     }
-                    idx[k] = 0;
-                }
-            }
+                })
+                .collect();
             (oshape, Vals::F(res))
         }
         Op::Square => (x.shape.clone(), Vals::F(floats(x)?.iter().map(|v| v * v).collect())),

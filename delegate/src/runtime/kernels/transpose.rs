@@ -116,7 +116,10 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
         } else if tiled {
             // Rows row0.. step dim r-2 of the output, whose input stride is 1: copy tile_h x tile_w
             // blocks so both the reads and the writes stay within L1.
-            let mut buf = [[T::default(); TILE_MAX]; TILE_MAX];
+            // The tile buffer of the generic path, sized to the largest tile of this chunk
+            // (zeroing a fixed 64 x 64 one cost more than small transposes themselves).
+            let (buf_h, buf_w) = (tile_h.min(bdim).min(nrows), tile_w.min(inner));
+            let mut buf = if tile_f32.is_some() { Vec::new() } else { vec![T::default(); buf_h * buf_w] };
             // Row groups (first row in the chunk, height, input offset), each within one
             // output plane.
             let mut groups = Vec::new();
@@ -141,14 +144,13 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
                             // Through a tile buffer: every row segment is read or written
                             // whole, once, so power-of-two strides (NCHW planes) that map a
                             // tile's rows to one cache set cost no repeated misses.
-                            #[allow(clippy::needless_range_loop)]
                             for ii in 0..w {
                                 let at = b + (i0 + ii) * inner_stride;
                                 for (jj, &v) in x[at..at + h].iter().enumerate() {
-                                    buf[jj][ii] = v;
+                                    buf[jj * buf_w + ii] = v;
                                 }
                             }
-                            for (jj, row) in buf.iter().enumerate().take(h) {
+                            for (jj, row) in buf.chunks(buf_w).enumerate().take(h) {
                                 let at = (k + jj) * inner + i0;
                                 chunk[at..at + w].copy_from_slice(&row[..w]);
                             }
