@@ -435,7 +435,7 @@ mod tests {
         let tol = Tolerance { acc_len: 64, ops: 1, compute: ElemType::F32, step: None, exact: false };
         let r = Tensor::f32(&[2], vec![1.0, -2.0]);
         let asked = std::cell::Cell::new(0);
-        let mut mag = |m: f64| {
+        let mag = |m: f64| {
             let asked = &asked;
             move || {
                 asked.set(asked.get() + 1);
