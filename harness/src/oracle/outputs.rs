@@ -126,6 +126,19 @@ impl Tolerance {
         self.step.is_none() && (self.acc_len.max(1) as f64 + 2.0) * m >= max
     }
 
+    /// A magnitude no larger than the twin's, from the reference value `r` alone. The exact
+    /// value is at most `M` in size, and the reference's `k` roundings to the compute type
+    /// move it by at most `((1 + u_c)^k - 1) M`, so `|r| <= (1 + u_c)^k M_exact`; the twin's own
+    /// f32 roundings put its `M` at least `(1 - 2^-24)^k M_exact`. Dividing by
+    /// `(1 + u_c)^(2k + 2)` covers both (`u_c = 2^-24` for fp32).
+    pub fn magnitude_floor(&self, r: f64) -> f64 {
+        let u = match self.compute {
+            ElemType::F16 | ElemType::Bf16 => unit_roundoff(self.compute),
+            _ => 2f64.powi(-24),
+        };
+        r.abs() / (1.0 + u).powi(2 * self.ops as i32 + 2)
+    }
+
     /// The tolerance for reference value `r` with magnitude `m`, output dtype `out`.
     pub fn bound(&self, out: ElemType, r: f64, m: f64) -> f64 {
         if let Some(s) = self.step {
@@ -141,16 +154,12 @@ impl Tolerance {
     }
 }
 
-/// `|ref_i| * MAGNITUDE_FLOOR <= M_i`: the magnitude bounds the exact value, and the reference
-/// output is that value rounded once (relative error at most `2^-8`, bf16's unit roundoff),
-/// while the twin's own f32 roundings (`2^-24` per op) stay far below the slack left.
-const MAGNITUDE_FLOOR: f64 = 1.0 / (1.0 + 1.0 / 128.0);
-
 /// Compares one delegate output with the reference. `None` when equal within tolerance;
 /// otherwise the full difference, every mismatching element (up to 64 listed).
 /// `magnitude` (the twin's evaluation, as costly as the reference's) is asked for only when
-/// some element is more than one ulp away and beyond its bound at `|ref| * MAGNITUDE_FLOOR`,
-/// a magnitude no larger than the true one: either passes whatever the magnitude.
+/// some element is more than one ulp away and beyond its bound at
+/// [`Tolerance::magnitude_floor`], a magnitude no larger than the twin's: either passes
+/// whatever the magnitude.
 pub fn compare(
     reference: &Tensor,
     got: &Tensor,
@@ -208,7 +217,7 @@ pub fn compare(
             }
         } else if tol.step.is_none()
             && ((g[i] - r[i]).abs() <= ulp(out_dt, r[i])
-                || (g[i] - r[i]).abs() <= tol.bound(out_dt, r[i], r[i].abs() * MAGNITUDE_FLOOR))
+                || (g[i] - r[i]).abs() <= tol.bound(out_dt, r[i], tol.magnitude_floor(r[i])))
         {
             // Within the bound at a magnitude no larger than the true one: the bound only
             // grows with the magnitude, so the twin need not be evaluated.
