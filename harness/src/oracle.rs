@@ -350,8 +350,9 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         let (bytes_verdict, payloads) = match &prepared {
             Some(p) => {
                 let v = bytes::written_verdict(program, p.payloads(), p.loaded_graphs());
-                let ok = v == Verdict::Pass;
-                (v, ok.then(|| p.payloads().to_vec()))
+                // Payloads are copied only for the GAP-identity check below.
+                let keep = v == Verdict::Pass && built.gap_only;
+                (v, keep.then(|| p.payloads().to_vec()))
             }
             None => bytes::segment_verdict(program),
         };

@@ -6,6 +6,7 @@
 //! divides by the count; fp16/bf16 values are widened to f32 and each op rounds once;
 //! `quantize` is `clamp(zp + nearbyint(x * (1/scale)))` in f32, `dequantize` `(q - zp) * scale`.
 
+use super::strides;
 use half::{bf16, f16};
 use reference::graph::{broadcast, mean_axes, normalize_dims, Dim};
 use reference::{ElemType, MemoryFormat, Op, QuantParams, Tensor, TensorData, TensorSpec};
@@ -111,14 +112,6 @@ fn concrete(dims: &[Dim]) -> Vec<usize> {
 
 fn as_dims(s: &[usize]) -> Vec<Dim> {
     s.iter().map(|&d| Dim::fixed(d)).collect()
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
 }
 
 /// Runs one portable op. `out` is the output slot's spec (its dtype, format and quant).
