@@ -171,17 +171,25 @@ impl CheckOptions {
 }
 
 /// The reference's view of one run: inputs, outputs (or its error) and, computed on first
-/// use, the magnitudes of the outputs (see `patterns`).
-pub struct RefRun {
+/// use, the outputs as f64 and the magnitudes of the outputs (see `patterns`).
+pub struct RefRun<'a> {
     pub shapes: Vec<Vec<usize>>,
     pub inputs: Vec<Tensor>,
     pub outputs: Result<Vec<Tensor>, EngineError>,
-    magnitude_graph: Option<reference::Graph>,
-    magnitude_inputs: Vec<Tensor>,
+    case: &'a Case,
+    built: &'a Built,
+    values: std::cell::OnceCell<Vec<Vec<f64>>>,
     magnitude: std::cell::OnceCell<Option<(Vec<Tensor>, f64)>>,
 }
 
-impl RefRun {
+impl RefRun<'_> {
+    /// The values of reference output `o` as f64 (converted once, compared in every
+    /// configuration); None if the reference failed or has no such output.
+    pub fn values(&self, o: usize) -> Option<&[f64]> {
+        let outs = self.outputs.as_ref().ok()?;
+        self.values.get_or_init(|| outs.iter().map(|t| t.values_f64()).collect()).get(o).map(|v| v.as_slice())
+    }
+
     /// The magnitude twin's outputs (None for qs8 and invalid cases, or if it failed).
     pub fn magnitude(&self) -> Option<&Vec<Tensor>> {
         self.magnitudes().map(|(m, _)| m)
@@ -196,8 +204,10 @@ impl RefRun {
     fn magnitudes(&self) -> Option<&(Vec<Tensor>, f64)> {
         self.magnitude
             .get_or_init(|| {
-                let g = self.magnitude_graph.as_ref()?;
-                let all = engine::reference_all(g, &self.magnitude_inputs).ok()?;
+                self.outputs.as_ref().ok()?;
+                let g = self.built.magnitude(self.case)?;
+                let inputs = patterns::magnitude_inputs(self.case, &self.inputs);
+                let all = engine::reference_all(g, &inputs).ok()?;
                 let peak = all
                     .iter()
                     .flat_map(|t| t.values_f64())
@@ -232,18 +242,14 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
 }
 
 /// The reference runs of a case (one per run shape).
-pub fn reference_runs(case: &Case, built: &Built) -> Result<Vec<RefRun>, String> {
+pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun<'a>>, String> {
     let mut runs = vec![];
     for (r, run) in case.runs().iter().enumerate() {
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
         let inputs = case_inputs(case, built, r, &shapes)?;
         let outputs = engine::reference(&built.graph, &inputs);
-        let (magnitude_graph, magnitude_inputs) = match (&outputs, &built.magnitude) {
-            (Ok(_), Some(m)) => (Some(m.clone()), patterns::magnitude_inputs(case, &inputs)),
-            _ => (None, vec![]),
-        };
-        let magnitude = std::cell::OnceCell::new();
-        runs.push(RefRun { shapes, inputs, outputs, magnitude_graph, magnitude_inputs, magnitude });
+        let (values, magnitude) = Default::default();
+        runs.push(RefRun { shapes, inputs, outputs, case, built, values, magnitude });
     }
     Ok(runs)
 }
