@@ -10,33 +10,58 @@ use super::strides;
 use half::{bf16, f16};
 use reference::graph::{broadcast, mean_axes, normalize_dims, Dim};
 use reference::{ElemType, MemoryFormat, Op, QuantParams, Tensor, TensorData, TensorSpec};
+use std::borrow::Cow;
+use std::ops::Range;
 
-/// Logical-order values: floats widened to f32, qs8 kept as integers.
-enum Vals {
-    F(Vec<f32>),
-    Q(Vec<i8>),
+/// Logical-order values: floats widened to f32, qs8 kept as integers. Borrowed from the input
+/// tensor when its data already is in that type and order (no copy per op).
+enum Vals<'a> {
+    F(Cow<'a, [f32]>),
+    Q(Cow<'a, [i8]>),
 }
 
-/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`, carried along
-/// as an odometer (no division per element).
-fn offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
-    let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    let mut off = 0usize;
-    for _ in 0..n {
-        out.push(off);
-        for k in (0..shape.len()).rev() {
+/// Calls `f` with `[sum_k idx[k] * strides[j][k]; N]` for every index of `shape` in row-major
+/// order: an odometer over the outer dims and a strided run along the innermost one (no
+/// division per element, no table of offsets).
+fn walk<const N: usize>(shape: &[usize], strides: [&[usize]; N], mut f: impl FnMut([usize; N])) {
+    let Some((&inner, outer)) = shape.split_last() else {
+        f([0; N]);
+        return;
+    };
+    if shape.contains(&0) {
+        return;
+    }
+    let step: [usize; N] = std::array::from_fn(|j| strides[j][outer.len()]);
+    let mut idx = vec![0usize; outer.len()];
+    let mut base = [0usize; N];
+    loop {
+        let mut off = base;
+        for _ in 0..inner {
+            f(off);
+            for j in 0..N {
+                off[j] += step[j];
+            }
+        }
+        // The next row: carry through the outer dims.
+        let mut k = outer.len();
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
             idx[k] += 1;
-            off += strides[k];
-            if idx[k] < shape[k] {
+            for j in 0..N {
+                base[j] += strides[j][k];
+            }
+            if idx[k] < outer[k] {
                 break;
             }
-            off -= strides[k] * idx[k];
+            for j in 0..N {
+                base[j] -= strides[j][k] * idx[k];
+            }
             idx[k] = 0;
         }
     }
-    out
 }
 
 /// `out.shape[k] = shape[perm[k]]`, row-major in and out.
@@ -44,7 +69,9 @@ fn permute<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
     let ist = strides(shape);
     let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let pst: Vec<usize> = perm.iter().map(|&p| ist[p]).collect();
-    offsets(&oshape, &pst).into_iter().map(|o| x[o]).collect()
+    let mut out = Vec::with_capacity(x.len());
+    walk(&oshape, [&pst], |[o]| out.push(x[o]));
+    out
 }
 
 /// The physical dim order of `format` for a tensor of `rank` (identity when it does not apply).
@@ -56,28 +83,53 @@ fn order(format: MemoryFormat, rank: usize) -> Vec<usize> {
     }
 }
 
-fn logical(t: &Tensor) -> Vals {
+fn is_identity(ord: &[usize]) -> bool {
+    ord.iter().enumerate().all(|(i, &d)| i == d)
+}
+
+/// The stride of each logical dim of `t` in its physical data.
+fn logical_strides(t: &Tensor) -> Vec<usize> {
     let ord = order(t.format, t.rank());
-    let identity = ord.iter().enumerate().all(|(i, &d)| i == d);
     let phys_shape: Vec<usize> = ord.iter().map(|&d| t.shape[d]).collect();
-    let mut inv = vec![0usize; ord.len()];
+    let pst = strides(&phys_shape);
+    let mut st = vec![0usize; ord.len()];
     for (pos, &d) in ord.iter().enumerate() {
-        inv[d] = pos;
+        st[d] = pst[pos];
     }
-    let fix = |v: Vec<f32>| if identity { v } else { permute(&v, &phys_shape, &inv) };
+    st
+}
+
+/// A float tensor's values widened to f32, in its physical order (fp32 data is borrowed).
+fn physical_floats(t: &Tensor) -> Result<Cow<'_, [f32]>, String> {
     match &t.data {
-        TensorData::F32(v) => Vals::F(fix(v.clone())),
-        TensorData::F16(v) => Vals::F(fix(v.iter().map(|x| x.to_f32()).collect())),
-        TensorData::Bf16(v) => Vals::F(fix(v.iter().map(|x| x.to_f32()).collect())),
-        TensorData::Qs8(v) => Vals::Q(if identity { v.clone() } else { permute(v, &phys_shape, &inv) }),
+        TensorData::F32(v) => Ok(Cow::Borrowed(v)),
+        TensorData::F16(v) => Ok(Cow::Owned(v.iter().map(|x| x.to_f32()).collect())),
+        TensorData::Bf16(v) => Ok(Cow::Owned(v.iter().map(|x| x.to_f32()).collect())),
+        TensorData::Qs8(_) => Err("a float op got a qs8 tensor".into()),
     }
 }
 
-fn floats(t: &Tensor) -> Result<Vec<f32>, String> {
-    match logical(t) {
-        Vals::F(v) => Ok(v),
-        Vals::Q(_) => Err("a float op got a qs8 tensor".into()),
+/// Physical-order values in logical row-major order.
+fn to_logical<'a, T: Copy>(v: Cow<'a, [T]>, t: &Tensor) -> Cow<'a, [T]> {
+    if is_identity(&order(t.format, t.rank())) {
+        return v;
     }
+    let mut out = Vec::with_capacity(v.len());
+    walk(&t.shape, [&logical_strides(t)], |[o]| out.push(v[o]));
+    Cow::Owned(out)
+}
+
+fn logical(t: &Tensor) -> Vals<'_> {
+    match &t.data {
+        TensorData::Qs8(v) => Vals::Q(to_logical(Cow::Borrowed(v), t)),
+        TensorData::F32(v) => Vals::F(to_logical(Cow::Borrowed(v), t)),
+        TensorData::F16(v) => Vals::F(to_logical(Cow::Owned(v.iter().map(|x| x.to_f32()).collect()), t)),
+        TensorData::Bf16(v) => Vals::F(to_logical(Cow::Owned(v.iter().map(|x| x.to_f32()).collect()), t)),
+    }
+}
+
+fn floats(t: &Tensor) -> Result<Cow<'_, [f32]>, String> {
+    Ok(to_logical(physical_floats(t)?, t))
 }
 
 /// Builds the output tensor: rounds to `dtype`, lays out in `format`.
@@ -89,9 +141,11 @@ fn finish(
     quant: Option<QuantParams>,
 ) -> Result<Tensor, String> {
     let ord = order(format, shape.len());
-    let identity = ord.iter().enumerate().all(|(i, &d)| i == d);
+    let identity = is_identity(&ord);
     let data = match (vals, dtype) {
-        (Vals::F(v), ElemType::F32) => TensorData::F32(if identity { v } else { permute(&v, &shape, &ord) }),
+        (Vals::F(v), ElemType::F32) => {
+            TensorData::F32(if identity { v.into_owned() } else { permute(&v, &shape, &ord) })
+        }
         (Vals::F(v), ElemType::F16) => {
             let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
             TensorData::F16(if identity { h } else { permute(&h, &shape, &ord) })
@@ -100,10 +154,21 @@ fn finish(
             let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
             TensorData::Bf16(if identity { h } else { permute(&h, &shape, &ord) })
         }
-        (Vals::Q(v), ElemType::Qs8) => TensorData::Qs8(if identity { v } else { permute(&v, &shape, &ord) }),
+        (Vals::Q(v), ElemType::Qs8) => {
+            TensorData::Qs8(if identity { v.into_owned() } else { permute(&v, &shape, &ord) })
+        }
         (_, d) => return Err(format!("cannot produce {d} from these values")),
     };
     Ok(Tensor { shape, format, quant, data })
+}
+
+/// Output positions `o` in `0..out` whose input position `o * stride + off - pad` lies in
+/// `0..size` (the taps a convolution does not skip as padding).
+fn valid_outputs(out: usize, stride: usize, off: usize, pad: usize, size: usize) -> Range<usize> {
+    let lo = if pad > off { (pad - off).div_ceil(stride) } else { 0 };
+    let hi = if size + pad > off { (size + pad - off - 1) / stride + 1 } else { 0 };
+    let lo = lo.min(out);
+    lo..hi.clamp(lo, out)
 }
 
 fn concrete(dims: &[Dim]) -> Vec<usize> {
@@ -122,25 +187,25 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
         Op::Input { .. } | Op::Constant { .. } => return Err("inputs and constants are not ops".into()),
         Op::Mean { dims, keepdim, dtype } => {
             let axes = mean_axes(dims, x.rank()).map_err(|e| e.to_string())?;
-            let mut v = floats(x)?;
+            // Read in place: physical data, logical strides (no copy into logical order).
+            let (mut v, st) = (physical_floats(x)?, logical_strides(x));
             // `dtype=`: the input is cast to it before the reduction (PyTorch's definition).
             match dtype {
-                Some(ElemType::F16) => v.iter_mut().for_each(|e| *e = f16::from_f32(*e).to_f32()),
-                Some(ElemType::Bf16) => v.iter_mut().for_each(|e| *e = bf16::from_f32(*e).to_f32()),
+                Some(ElemType::F16) => v.to_mut().iter_mut().for_each(|e| *e = f16::from_f32(*e).to_f32()),
+                Some(ElemType::Bf16) => v.to_mut().iter_mut().for_each(|e| *e = bf16::from_f32(*e).to_f32()),
                 _ => {}
             }
-            let st = strides(&x.shape);
             let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
             let kshape: Vec<usize> = kept.iter().map(|&d| x.shape[d]).collect();
             let rshape: Vec<usize> = axes.iter().map(|&d| x.shape[d]).collect();
             let kst: Vec<usize> = kept.iter().map(|&d| st[d]).collect();
             let rst: Vec<usize> = axes.iter().map(|&d| st[d]).collect();
             let nr: usize = rshape.iter().product();
-            let red = offsets(&rshape, &rst);
-            let res: Vec<f32> = offsets(&kshape, &kst)
-                .into_iter()
-                .map(|base| red.iter().fold(0f32, |sum, &o| sum + v[base + o]) / nr as f32)
-                .collect();
+            let mut red = Vec::with_capacity(nr);
+            walk(&rshape, [&rst], |[o]| red.push(o));
+            let mut res = Vec::with_capacity(kshape.iter().product());
+            // Each output sums its inputs in logical index order, then divides.
+            walk(&kshape, [&kst], |[base]| res.push(red.iter().fold(0f32, |sum, &o| sum + v[base + o]) / nr as f32));
             let mut oshape = Vec::new();
             for (d, &s) in x.shape.iter().enumerate() {
                 if !axes.contains(&d) {
@@ -149,35 +214,33 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
                     oshape.push(1);
                 }
             }
-            (oshape, Vals::F(res))
+            (oshape, Vals::F(res.into()))
         }
         Op::Binary(b) => {
             want(2)?;
-            let (a, bb) = (floats(ins[0])?, floats(ins[1])?);
+            let (a, bb) = (physical_floats(ins[0])?, physical_floats(ins[1])?);
             let oshape =
                 concrete(&broadcast(&as_dims(&ins[0].shape), &as_dims(&ins[1].shape)).map_err(|e| e.to_string())?);
             let r = oshape.len();
-            let bst = |s: &[usize]| -> Vec<usize> {
-                let st = strides(s);
+            // Each operand's stride per output dim (0 where it broadcasts), into its physical data.
+            let bst = |t: &Tensor| -> Vec<usize> {
+                let (s, st) = (&t.shape, logical_strides(t));
                 (0..r)
                     .map(|i| if i + s.len() >= r && s[i + s.len() - r] != 1 { st[i + s.len() - r] } else { 0 })
                     .collect()
             };
-            let (sa, sb) = (bst(&ins[0].shape), bst(&ins[1].shape));
-            let res: Vec<f32> = offsets(&oshape, &sa)
-                .into_iter()
-                .zip(offsets(&oshape, &sb))
-                .map(|(oa, ob)| {
-                    let (p, q) = (a[oa], bb[ob]);
-                    match b {
-                        reference::graph::BinaryOp::Add => p + q,
-                        reference::graph::BinaryOp::Sub => p - q,
-                        reference::graph::BinaryOp::Mul => p * q,
-                        reference::graph::BinaryOp::Div => p / q,
-                    }
+            let (sa, sb) = (bst(ins[0]), bst(ins[1]));
+            let mut res = Vec::with_capacity(oshape.iter().product());
+            walk(&oshape, [&sa, &sb], |[oa, ob]| {
+                let (p, q) = (a[oa], bb[ob]);
+                res.push(match b {
+                    reference::graph::BinaryOp::Add => p + q,
+                    reference::graph::BinaryOp::Sub => p - q,
+                    reference::graph::BinaryOp::Mul => p * q,
+                    reference::graph::BinaryOp::Div => p / q,
                 })
-                .collect();
-            (oshape, Vals::F(res))
+            });
+            (oshape, Vals::F(Cow::Owned(res)))
         }
         Op::Square => (x.shape.clone(), Vals::F(floats(x)?.iter().map(|v| v * v).collect())),
         Op::Rsqrt => (x.shape.clone(), Vals::F(floats(x)?.iter().map(|v| 1.0 / v.sqrt()).collect())),
@@ -192,7 +255,7 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
                     _ => v,
                 }
             };
-            (x.shape.clone(), Vals::F(floats(x)?.into_iter().map(f).collect()))
+            (x.shape.clone(), Vals::F(floats(x)?.iter().map(|&v| f(v)).collect()))
         }
         Op::Linear => {
             want(2)?;
@@ -205,18 +268,15 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             }
             let m = v.len() / k.max(1);
             let mut res = Vec::with_capacity(m * n);
-            for r in 0..m {
-                for c in 0..n {
-                    let mut s = 0f32;
-                    for j in 0..k {
-                        s += v[r * k + j] * w[c * k + j];
-                    }
+            for row in v.chunks_exact(k.max(1)).take(m) {
+                for (c, wrow) in w.chunks_exact(k.max(1)).take(n).enumerate() {
+                    let s = row.iter().zip(wrow).fold(0f32, |s, (&a, &b)| s + a * b);
                     res.push(s + b.as_ref().map_or(0.0, |b| b[c]));
                 }
             }
             let mut oshape = x.shape.clone();
             *oshape.last_mut().unwrap_or(&mut 0) = n;
-            (oshape, Vals::F(res))
+            (oshape, Vals::F(res.into()))
         }
         Op::Conv2d(p) => {
             want(2)?;
@@ -237,37 +297,41 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             let oh = (ph - span(kh, 0)) / p.stride[0] + 1;
             let ow = (pw - span(kw, 1)) / p.stride[1] + 1;
             let og = o / g;
-            let mut res = Vec::with_capacity(n * o * oh * ow);
-            for bi in 0..n {
-                for oc in 0..o {
-                    let gi = oc / og;
-                    for y in 0..oh {
-                        for xo in 0..ow {
-                            let mut s = b.as_ref().map_or(0.0, |b| b[oc]);
-                            for ic in 0..cg {
-                                let ch = gi * cg + ic;
-                                for ky in 0..kh {
-                                    let iy = (y * p.stride[0] + ky * p.dilation[0]) as isize - p.padding[0] as isize;
-                                    if iy < 0 || iy >= h as isize {
-                                        continue;
-                                    }
-                                    for kx in 0..kw {
-                                        let ix =
-                                            (xo * p.stride[1] + kx * p.dilation[1]) as isize - p.padding[1] as isize;
-                                        if ix < 0 || ix >= wd as isize {
-                                            continue;
-                                        }
-                                        let xv = v[((bi * c + ch) * h + iy as usize) * wd + ix as usize];
-                                        s += xv * w[((oc * cg + ic) * kh + ky) * kw + kx];
-                                    }
+            let [sy, sx] = p.stride;
+            let mut res = vec![0f32; n * o * oh * ow];
+            // Output plane by plane, tap by tap: every output still adds its bias, then its taps
+            // in (input channel, ky, kx) order, as a loop per output would; padding taps are
+            // skipped through the valid output range of each tap instead of a test per tap.
+            for (plane_i, plane) in res.chunks_exact_mut((oh * ow).max(1)).enumerate().take(n * o) {
+                let (bi, oc) = (plane_i / o, plane_i % o);
+                let gi = oc / og;
+                plane.fill(b.as_ref().map_or(0.0, |b| b[oc]));
+                for ic in 0..cg {
+                    let ch = gi * cg + ic;
+                    let xin = &v[(bi * c + ch) * h * wd..][..h * wd];
+                    for ky in 0..kh {
+                        let ys = valid_outputs(oh, sy, ky * p.dilation[0], p.padding[0], h);
+                        for kx in 0..kw {
+                            let wv = w[((oc * cg + ic) * kh + ky) * kw + kx];
+                            let xs = valid_outputs(ow, sx, kx * p.dilation[1], p.padding[1], wd);
+                            if xs.is_empty() {
+                                continue;
+                            }
+                            // Input column of output column xs.start (in range by construction).
+                            let ix0 = xs.start * sx + kx * p.dilation[1] - p.padding[1];
+                            for y in ys.clone() {
+                                let iy = y * sy + ky * p.dilation[0] - p.padding[0];
+                                let irow = &xin[iy * wd + ix0..(iy + 1) * wd];
+                                let orow = &mut plane[y * ow + xs.start..y * ow + xs.end];
+                                for (o, &xv) in orow.iter_mut().zip(irow.iter().step_by(sx)) {
+                                    *o += xv * wv;
                                 }
                             }
-                            res.push(s);
                         }
                     }
                 }
             }
-            (vec![n, o, oh, ow], Vals::F(res))
+            (vec![n, o, oh, ow], Vals::F(res.into()))
         }
         Op::Quantize(q) => {
             let inv = 1.0f32 / q.scale;
@@ -308,8 +372,8 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             }
             let oshape = p.iter().map(|&d| x.shape[d]).collect();
             let vals = match logical(x) {
-                Vals::F(v) => Vals::F(permute(&v, &x.shape, &p)),
-                Vals::Q(v) => Vals::Q(permute(&v, &x.shape, &p)),
+                Vals::F(v) => Vals::F(permute(&v, &x.shape, &p).into()),
+                Vals::Q(v) => Vals::Q(permute(&v, &x.shape, &p).into()),
             };
             (oshape, vals)
         }
