@@ -71,6 +71,11 @@ pub enum Owned {
 impl Owned {
     /// `n` zeros, written by the pool's threads (see `simd::zeros_par`).
     pub fn zeros_par(pool: &crate::runtime::pool::Pool, dt: Dt, n: usize) -> Owned {
+        // The split `simd::zeros_par` asks for: when it is a single task, a plain zeroed
+        // allocation does the same without the split's bookkeeping.
+        if pool.runs_inline(n, n.saturating_mul(2 * dt.size()), 1024, false) {
+            return Owned::zeros(dt, n);
+        }
         match dt {
             Dt::F32 => Owned::F32(simd::zeros_par(pool, n)),
             Dt::F16 => Owned::F16(simd::zeros_par(pool, n)),
@@ -585,11 +590,17 @@ fn infer_shape(
     })
 }
 
-/// Mutable per-run state of a segment: intermediate blocks, reused across runs.
+/// Mutable per-run state of a segment, reused across runs: intermediate blocks and the
+/// value shapes of the run in progress.
 #[derive(Debug, Default)]
 pub struct SegmentState {
     blocks: Vec<Vec<Line>>,
+    shapes: Vec<Vec<usize>>,
 }
+
+/// Most inputs a node reads (a convolution or fully connected node with a bias); `compile`
+/// refuses more (`check_types`).
+const MAX_NODE_INPUTS: usize = 3;
 
 /// A bound segment input: typed data plus physical dims.
 pub struct BoundInput<'a> {
@@ -605,7 +616,10 @@ pub struct SegmentOutput {
 
 impl SegmentPlan {
     pub fn new_state(&self) -> SegmentState {
-        SegmentState { blocks: self.block_lines.iter().map(|&n| vec![Line::default(); n]).collect() }
+        SegmentState {
+            blocks: self.block_lines.iter().map(|&n| vec![Line::default(); n]).collect(),
+            shapes: self.values.iter().map(|v| v.dims.clone()).collect(),
+        }
     }
 
     /// Runs the segment. `step` labels errors.
@@ -626,10 +640,14 @@ impl SegmentPlan {
                 self.input_values.len()
             )));
         }
-        if state.blocks.len() != self.block_lines.len() {
+        if state.blocks.len() != self.block_lines.len() || state.shapes.len() != self.values.len() {
             *state = self.new_state();
         }
-        let mut shapes: Vec<Vec<usize>> = self.values.iter().map(|v| v.dims.clone()).collect();
+        let SegmentState { blocks, shapes } = state;
+        // Every value starts at its bounds (the previous run's shapes in place: no allocation).
+        for (s, v) in shapes.iter_mut().zip(&self.values) {
+            s.clone_from(&v.dims);
+        }
         for (k, inp) in inputs.iter().enumerate() {
             let v = &self.values[self.input_values[k]];
             if inp.dims.len() != v.dims.len() || inp.dims.iter().zip(&v.dims).any(|(&a, &b)| a > b || a == 0) {
@@ -638,14 +656,21 @@ impl SegmentPlan {
             if inp.view.len() != numel(&inp.dims) {
                 return Err(shape_err(format!("input {k} holds {} elements for dims {:?}", inp.view.len(), inp.dims)));
             }
-            shapes[self.input_values[k]] = inp.dims.clone();
+            shapes[self.input_values[k]].clone_from(&inp.dims);
         }
         let mut outs: Vec<Option<Owned>> = self.output_values.iter().map(|_| None).collect();
         for n in &self.nodes {
-            let in_shapes: Vec<&[usize]> = n.inputs.iter().map(|&i| shapes[i].as_slice()).collect();
+            if n.inputs.len() > MAX_NODE_INPUTS || n.inputs.is_empty() {
+                return Err(shape_err(format!("node {} reads {} values", n.index, n.inputs.len())));
+            }
+            let mut in_shapes: [&[usize]; MAX_NODE_INPUTS] = [&[]; MAX_NODE_INPUTS];
+            for (d, &i) in in_shapes.iter_mut().zip(&n.inputs) {
+                *d = &shapes[i];
+            }
+            let in_shapes = &in_shapes[..n.inputs.len()];
             let w_dims = n.inputs.get(1).map(|&i| shapes[i].as_slice());
             let in_numel = numel(in_shapes[0]);
-            let oshape = infer_shape(&n.kernel, &in_shapes, w_dims, in_numel)
+            let oshape = infer_shape(&n.kernel, in_shapes, w_dims, in_numel)
                 .map_err(|e| shape_err(format!("node {} ({:?}): {e}", n.index, n.kernel)))?;
             let ov = &self.values[n.output];
             let on = checked_numel(&oshape).unwrap_or(usize::MAX);
@@ -659,7 +684,7 @@ impl SegmentPlan {
             let mut taken_block: Option<(usize, Vec<Line>)> = None;
             let mut taken_out: Option<(usize, Owned)> = None;
             match ov.loc {
-                Loc::Block(b) => taken_block = Some((b, std::mem::take(&mut state.blocks[b]))),
+                Loc::Block(b) => taken_block = Some((b, std::mem::take(&mut blocks[b]))),
                 Loc::Output(k) => taken_out = Some((k, Owned::zeros_par(ctx.pool, ov.dt, on))),
                 _ => return Err(RuntimeError::InvalidProgram(format!("node {} writes a read-only value", n.index))),
             }
@@ -670,21 +695,25 @@ impl SegmentPlan {
                     match v.loc {
                         Loc::Input(k) => inputs[k].view,
                         Loc::Const(c) => self.consts[c].view(),
-                        Loc::Block(b) => block_view(&state.blocks[b], v.dt, cnt),
+                        Loc::Block(b) => block_view(&blocks[b], v.dt, cnt),
                         Loc::Output(k) => outs[k].as_ref().map_or(View::F32(&[]), |o| o.view()),
                         Loc::Unused => View::F32(&[]),
                     }
                 };
-                let ins: Vec<View> = n.inputs.iter().map(|&i| view_of(i)).collect();
+                let mut ins: [View; MAX_NODE_INPUTS] = [View::F32(&[]); MAX_NODE_INPUTS];
+                for (d, &i) in ins.iter_mut().zip(&n.inputs) {
+                    *d = view_of(i);
+                }
+                let ins = &ins[..n.inputs.len()];
                 let out: ViewMut = match (&mut taken_block, &mut taken_out) {
                     (Some((_, b)), _) => block_view_mut(b, ov.dt, on),
                     (_, Some((_, o))) => o.view_mut(),
                     _ => unreachable!("destination taken above"),
                 };
-                self.exec(ctx, n, &ins, &in_shapes, out, &oshape, scratch)
+                self.exec(ctx, n, ins, in_shapes, out, &oshape, scratch)
             };
             if let Some((b, blk)) = taken_block {
-                state.blocks[b] = blk;
+                blocks[b] = blk;
             }
             if let Some((k, o)) = taken_out {
                 outs[k] = Some(o);

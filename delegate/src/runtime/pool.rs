@@ -277,6 +277,16 @@ impl Drop for Pool {
     }
 }
 
+/// XNNPACK's tile under `PerOutputTasks`: one task per tile; pthreadpool runs inline only when
+/// there is a single tile, so any reduction with more than one output wakes the pool.
+fn per_output_tile(items: usize, granule: usize, per_output: bool) -> usize {
+    if per_output {
+        granule
+    } else {
+        items.div_ceil(64).div_ceil(granule) * granule
+    }
+}
+
 /// How an operator's work is cut into tasks under the pool's policy.
 pub struct Split {
     /// Task boundaries in work items: `bounds[t]..bounds[t + 1]`.
@@ -284,32 +294,36 @@ pub struct Split {
 }
 
 impl Pool {
+    /// Whether [`Pool::split`] gives a single task for this work, which the caller then runs
+    /// inline: checked first so that small operators allocate no split at all.
+    pub fn runs_inline(&self, items: usize, bytes: usize, granule: usize, per_output: bool) -> bool {
+        let granule = granule.max(1);
+        if items == 0 || self.threads() == 1 {
+            return true;
+        }
+        match self.policy {
+            ThreadPolicy::PerOutputTasks => items <= per_output_tile(items, granule, per_output),
+            ThreadPolicy::CostModel => bytes < INLINE_BYTES || items <= granule,
+        }
+    }
+
     /// Splits `items` work items. `bytes` is the operator's memory traffic; `granule` the
     /// smallest useful task in items (XNNPACK's tile); `per_output` marks a reduction whose
     /// items are its outputs.
     pub fn split(&self, items: usize, bytes: usize, granule: usize, per_output: bool) -> Split {
         let granule = granule.max(1);
-        let one = || Split { bounds: vec![0, items] };
-        if items == 0 {
-            return Split { bounds: vec![0, 0] };
-        }
-        if self.threads() == 1 {
-            return one();
+        if self.runs_inline(items, bytes, granule, per_output) {
+            return Split { bounds: vec![0, items] };
         }
         match self.policy {
             ThreadPolicy::PerOutputTasks => {
-                // XNNPACK: one task per tile; pthreadpool runs inline only when there is a single
-                // tile, so any reduction with more than one output wakes the pool.
-                let tile = if per_output { granule } else { items.div_ceil(64).div_ceil(granule) * granule };
+                let tile = per_output_tile(items, granule, per_output);
                 let n = items.div_ceil(tile);
                 let mut b: Vec<usize> = (0..n).map(|i| i * tile).collect();
                 b.push(items);
                 Split { bounds: b }
             }
             ThreadPolicy::CostModel => {
-                if bytes < INLINE_BYTES || items <= granule {
-                    return one();
-                }
                 let t = self.threads().min(items.div_ceil(granule));
                 let per = items.div_ceil(t).div_ceil(granule) * granule;
                 let mut b: Vec<usize> = (0..t).map(|i| (i * per).min(items)).collect();

@@ -33,11 +33,11 @@ impl Ctx<'_> {
         per_output: bool,
         f: impl Fn(usize, &mut [T]) + Sync,
     ) {
-        let split = self.pool.split(out.len(), bytes, granule, per_output);
-        if split.bounds.len() <= 2 && split.bounds.last() == Some(&out.len()) {
+        if self.pool.runs_inline(out.len(), bytes, granule, per_output) {
             f(0, out);
             return;
         }
+        let split = self.pool.split(out.len(), bytes, granule, per_output);
         let parts = Parts::new(out, split.bounds);
         #[cfg(feature = "mutants")]
         let skip = if crate::mutants::is_active(crate::mutants::Mutant::ThreadSplitLastChunk) {
