@@ -341,15 +341,12 @@ impl Program {
         let spec = &self.l.slots[s];
         let err = |what: String| RuntimeError::Shape { step, what };
         let ord = handoff_order(spec, dims.len());
-        let as_physical = || {
-            let mut logical = vec![0; dims.len()];
-            for (pos, &d) in ord.iter().enumerate() {
-                logical[d] = dims[pos];
-            }
-            logical
-        };
-        let shape: Vec<usize> = if dims.len() == spec.rank() && spec.check_shape(&as_physical()).is_ok() {
-            as_physical()
+        let mut as_physical = vec![0; dims.len()];
+        for (pos, &d) in ord.iter().enumerate() {
+            as_physical[d] = dims[pos];
+        }
+        let shape: Vec<usize> = if dims.len() == spec.rank() && spec.check_shape(&as_physical).is_ok() {
+            as_physical
         } else if dims.len() == spec.rank() && spec.check_shape(dims).is_ok() {
             // Logical row-major data: lay it out in the slot's format.
             let fmt_ord = dim_order(spec.format, dims.len());

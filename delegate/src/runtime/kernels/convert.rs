@@ -52,7 +52,8 @@ pub fn to_f32<'a>(ctx: &Ctx, x: View<'a>, buf: &'a mut Vec<f32>) -> Result<&'a [
         View::F32(v) => Ok(v),
         View::F16(_) | View::Bf16(_) => {
             let n = x.len();
-            let b = super::sized(buf, n);
+            // `convert` writes all `n` values.
+            let b = super::sized_for_overwrite(buf, n);
             convert(ctx, x, ViewMut::F32(b), None)?;
             Ok(&buf[..n])
         }

@@ -3,7 +3,7 @@
 //! `output_min/max`) is applied before rounding.
 
 use super::convert::{from_f32, to_f32};
-use super::{numel, sized, Ctx, Scratch, View, ViewMut};
+use super::{numel, sized_for_overwrite, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd::{self, BinOp};
 
 /// Broadcast output shape of two right-aligned shapes, or `None` if incompatible.
@@ -21,6 +21,9 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         })
         .collect()
 }
+
+/// Highest rank of a binary op (XNNPACK's `XNN_MAX_TENSOR_DIMS`; `compile` refuses more).
+const MAX_DIMS: usize = 6;
 
 /// Output dims with each operand's stride (0 where it broadcasts), adjacent dims merged.
 fn broadcast_layout(a: &[usize], b: &[usize], out: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
@@ -81,17 +84,21 @@ fn binary_f32(
     // Chunks may start and end inside a row: same-shape operands merge into one long row,
     // which must still split across threads.
     ctx.par_chunks(out, bytes, 1024, false, |start, chunk| {
+        // Position of the chunk's first row: its index along each outer dim, and the operands'
+        // offsets there; later rows follow by carrying (no division per row).
+        let mut idx = [0usize; MAX_DIMS];
+        let (mut oa, mut ob) = (0, 0);
+        let mut rem = start / inner;
+        for k in (0..r - 1).rev() {
+            idx[k] = rem % dims[k];
+            rem /= dims[k];
+            oa += idx[k] * sa[k];
+            ob += idx[k] * sb[k];
+        }
+        let mut col = start % inner;
         let mut done = 0;
         while done < chunk.len() {
-            let (row, col) = ((start + done) / inner, (start + done) % inner);
             let len = (inner - col).min(chunk.len() - done);
-            let (mut oa, mut ob, mut rem) = (0, 0, row);
-            for k in (0..r - 1).rev() {
-                let i = rem % dims[k];
-                rem /= dims[k];
-                oa += i * sa[k];
-                ob += i * sb[k];
-            }
             let o = &mut chunk[done..done + len];
             let (ca, cb) = (oa + col * ia, ob + col * ib);
             match (ia, ib) {
@@ -101,6 +108,18 @@ fn binary_f32(
                 _ => simd::bin_vv(isa, op, &a[ca..ca + len], &b[cb..cb + len], o),
             }
             done += len;
+            col = 0;
+            for k in (0..r - 1).rev() {
+                idx[k] += 1;
+                oa += sa[k];
+                ob += sb[k];
+                if idx[k] < dims[k] {
+                    break;
+                }
+                oa -= sa[k] * idx[k];
+                ob -= sb[k] * idx[k];
+                idx[k] = 0;
+            }
         }
     });
 }
@@ -138,6 +157,9 @@ pub fn binary(
     if broadcast_shape(ash, bsh).as_deref() != Some(osh) {
         return Err(format!("cannot broadcast {ash:?} and {bsh:?} to {osh:?}"));
     }
+    if osh.len() > MAX_DIMS {
+        return Err(format!("binary op of rank {} above {MAX_DIMS}", osh.len()));
+    }
     let n = numel(osh);
     if a.len() != numel(ash) || b.len() != numel(bsh) || out.len() != n {
         return Err("binary operand sizes do not match their shapes".into());
@@ -154,7 +176,7 @@ pub fn binary(
         }
         o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
             let (af, bf) = (to_f32(ctx, a, sa)?, to_f32(ctx, b, sb)?);
-            let t = sized(sc, n);
+            let t = sized_for_overwrite(sc, n); // every element is written below
             binary_f32(ctx, op, af, ash, bf, bsh, t, osh);
             if let Some((lo, hi)) = act {
                 clamp_f32(ctx, t, lo, hi);
@@ -213,7 +235,7 @@ pub fn unary(
             Ok(())
         }
         o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
-            let t = sized(sc, n);
+            let t = sized_for_overwrite(sc, n); // every element is written below
             run(t);
             from_f32(ctx, t, o)
         }

@@ -11,7 +11,7 @@
 //! `m = in_scale * (1/n) / out_scale` in f32, XNNPACK's reference int32->int8 requantization.
 
 use super::convert::{from_f32, to_f32};
-use super::{sized, strides, Ctx, Quant, Scratch, View, ViewMut};
+use super::{sized_for_overwrite, strides, Ctx, Quant, Scratch, View, ViewMut};
 use crate::runtime::pool::INLINE_BYTES;
 use crate::runtime::simd::{self, Rows};
 use crate::runtime::ThreadPolicy;
@@ -204,7 +204,7 @@ pub fn mean(
             let Scratch { a, b, .. } = scratch;
             let xf = to_f32(ctx, x, a)?;
             let n_out = o.len();
-            let of = sized(b, n_out);
+            let of = sized_for_overwrite(b, n_out); // mean_f32 writes every output
             mean_f32(ctx, xf, shape, axes, of)?;
             from_f32(ctx, of, o)
         }

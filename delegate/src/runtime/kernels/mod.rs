@@ -179,6 +179,15 @@ pub fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut v[..]
 }
 
+/// `v` as `n` elements for a kernel that overwrites every one of them: capacity and stale
+/// contents are reused, only growth is zero-filled (no memset per call, unlike [`sized`]).
+pub fn sized_for_overwrite(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
 /// Per-tensor quantization of an int8 value (`real = (q - zero_point) * scale`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Quant {

@@ -298,6 +298,11 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             let ow = (pw - span(kw, 1)) / p.stride[1] + 1;
             let og = o / g;
             let [sy, sx] = p.stride;
+            // The valid output rows of each ky and columns of each kx (the same for every plane).
+            let rows: Vec<Range<usize>> =
+                (0..kh).map(|ky| valid_outputs(oh, sy, ky * p.dilation[0], p.padding[0], h)).collect();
+            let cols: Vec<Range<usize>> =
+                (0..kw).map(|kx| valid_outputs(ow, sx, kx * p.dilation[1], p.padding[1], wd)).collect();
             let mut res = vec![0f32; n * o * oh * ow];
             // Output plane by plane, tap by tap: every output still adds its bias, then its taps
             // in (input channel, ky, kx) order, as a loop per output would; padding taps are
@@ -310,10 +315,10 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
                     let ch = gi * cg + ic;
                     let xin = &v[(bi * c + ch) * h * wd..][..h * wd];
                     for ky in 0..kh {
-                        let ys = valid_outputs(oh, sy, ky * p.dilation[0], p.padding[0], h);
+                        let ys = &rows[ky];
                         for kx in 0..kw {
                             let wv = w[((oc * cg + ic) * kh + ky) * kw + kx];
-                            let xs = valid_outputs(ow, sx, kx * p.dilation[1], p.padding[1], wd);
+                            let xs = &cols[kx];
                             if xs.is_empty() {
                                 continue;
                             }
