@@ -16,11 +16,13 @@
 //! where values are stored, never what they are, so outputs are converted to the format of
 //! their node's spec only at the end.
 
+use crate::dtype::MemoryFormat;
 use crate::dtype::{round_f64, ElemType};
 use crate::graph::{
     mean_axes, normalize_dims, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op, TensorSpec,
 };
-use crate::tensor::{strided_indices, Tensor, TensorData};
+use crate::tensor::{for_each_offset, for_each_offset2, strided_indices, Tensor, TensorData};
+use std::borrow::Cow;
 
 /// Why a graph could not be run. Both wrap the [`GraphError`] naming the node and the reason.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -51,54 +53,79 @@ impl EvalError {
 /// Runs `graph` on `inputs` (one tensor per graph input, in order). Returns one tensor per
 /// graph output, laid out in the memory format of its node's spec.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
-    let (vals, specs) = eval_nodes(graph, inputs)?;
-    Ok(graph.outputs.iter().map(|&o| vals[o].to_format(specs[o].format)).collect())
+    let (mut vals, specs) = eval_nodes(graph, inputs)?;
+    // Each output's value is moved out at its last listing (a node may be listed twice).
+    let mut listed = vec![0usize; vals.len()];
+    graph.outputs.iter().for_each(|&o| listed[o] += 1);
+    let mut outs = Vec::with_capacity(graph.outputs.len());
+    for &o in &graph.outputs {
+        listed[o] -= 1;
+        let format = specs[o].format;
+        outs.push(if listed[o] == 0 {
+            std::mem::replace(&mut vals[o], Cow::Owned(Tensor::f32(&[0], vec![]))).into_owned().into_format(format)
+        } else {
+            vals[o].to_format(format)
+        });
+    }
+    Ok(outs)
 }
 
 /// Like [`run`], but returns the value of every node (index = node id), each in the memory
 /// format of its spec: for locating the first node where another engine diverges.
 pub fn run_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
     let (vals, specs) = eval_nodes(graph, inputs)?;
-    Ok(vals.iter().zip(&specs).map(|(v, s)| v.to_format(s.format)).collect())
+    Ok(vals.into_iter().zip(&specs).map(|(v, s)| v.into_owned().into_format(s.format)).collect())
+}
+
+/// A node's value: graph inputs and constants already contiguous are borrowed, not copied.
+type Value<'a> = Cow<'a, Tensor>;
+
+/// `t` in contiguous order, borrowed when it already is.
+fn contiguous(t: &Tensor) -> Value<'_> {
+    if t.format == MemoryFormat::Contiguous {
+        Cow::Borrowed(t)
+    } else {
+        Cow::Owned(t.to_contiguous())
+    }
 }
 
 /// Every node's value in contiguous order, with the concrete specs.
-fn eval_nodes(graph: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<TensorSpec>), EvalError> {
+fn eval_nodes<'a>(graph: &'a Graph, inputs: &'a [Tensor]) -> Result<(Vec<Value<'a>>, Vec<TensorSpec>), EvalError> {
     graph.validate().map_err(EvalError::InvalidGraph)?;
     graph.check_inputs(inputs).map_err(EvalError::BadInput)?;
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.clone()).collect();
     let specs = graph.concrete_specs(&shapes).map_err(EvalError::BadInput)?;
 
-    let mut vals: Vec<Tensor> = Vec::with_capacity(graph.nodes.len());
+    let mut vals: Vec<Value<'a>> = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
         let spec = &specs[id];
         let shape = spec.max_shape(); // concrete: every dim static here
-        let ins: Vec<&Tensor> = node.inputs.iter().map(|&i| &vals[i]).collect();
+        let ins: Vec<&Tensor> = node.inputs.iter().map(|&i| &*vals[i]).collect();
         let err = |kind| EvalError::InvalidGraph(GraphError { node: id, op: node.op.name().into(), kind });
-        let out = match &node.op {
+        let out: Value<'a> = match &node.op {
             Op::Input { .. } => {
                 // `validate` guarantees every input node is listed exactly once.
                 let pos = graph.inputs.iter().position(|&i| i == id).ok_or_else(|| {
                     err(GraphErrorKind::WrongInputCount { expected: "an entry in graph inputs".into(), found: 0 })
                 })?;
-                inputs[pos].to_contiguous()
+                contiguous(&inputs[pos])
             }
-            Op::Constant { tensor } => tensor.to_contiguous(),
+            Op::Constant { tensor } => contiguous(tensor),
             Op::Mean { dims, dtype, .. } => {
                 let axes = mean_axes(dims, ins[0].rank()).map_err(err)?;
-                mean(ins[0], &axes, *dtype, &shape, spec.dtype)
+                Cow::Owned(mean(ins[0], &axes, *dtype, &shape, spec.dtype))
             }
-            Op::Conv2d(p) => conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype),
-            Op::Binary(op) => binary(*op, ins[0], ins[1], &shape, spec.dtype),
-            Op::Square => map(ins[0], spec.dtype, |x| x * x),
+            Op::Conv2d(p) => Cow::Owned(conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype)),
+            Op::Binary(op) => Cow::Owned(binary(*op, ins[0], ins[1], &shape, spec.dtype)),
+            Op::Square => Cow::Owned(map(ins[0], spec.dtype, |x| x * x)),
             // 1/sqrt in f64: rsqrt(+0) = +inf, rsqrt(-0) = -inf, negative -> NaN, as PyTorch.
-            Op::Rsqrt => map(ins[0], spec.dtype, |x| 1.0 / x.sqrt()),
+            Op::Rsqrt => Cow::Owned(map(ins[0], spec.dtype, |x| 1.0 / x.sqrt())),
             Op::Clamp { min, max } => {
                 let (lo, hi) = (min.map(f64::from), max.map(f64::from));
                 // NaN fails both comparisons and passes through, as in PyTorch. Comparing with
                 // the unrounded bounds then rounding the result equals PyTorch's clamp with
                 // bounds first rounded to the tensor's dtype (rounding is monotonic).
-                map(ins[0], spec.dtype, |x| {
+                Cow::Owned(map(ins[0], spec.dtype, |x| {
                     let x = match lo {
                         Some(l) if x < l => l,
                         _ => x,
@@ -107,10 +134,10 @@ fn eval_nodes(graph: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<Tens
                         Some(h) if x > h => h,
                         _ => x,
                     }
-                })
+                }))
             }
-            Op::Linear => linear(ins[0], ins[1], ins.get(2).copied(), &shape, spec.dtype),
-            Op::Quantize(q) => Tensor::from_f64(&shape, ElemType::Qs8, Some(*q), &ins[0].values_f64()),
+            Op::Linear => Cow::Owned(linear(ins[0], ins[1], ins.get(2).copied(), &shape, spec.dtype)),
+            Op::Quantize(q) => Cow::Owned(Tensor::from_f64(&shape, ElemType::Qs8, Some(*q), &ins[0].values_f64())),
             Op::Dequantize(q) => {
                 let v: Vec<f64> = match &ins[0].data {
                     TensorData::Qs8(d) => d.iter().map(|&x| q.dequantize(x)).collect(),
@@ -121,24 +148,24 @@ fn eval_nodes(graph: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<Tens
                         }))
                     }
                 };
-                Tensor::from_f64(&shape, ElemType::F32, None, &v)
+                Cow::Owned(Tensor::from_f64(&shape, ElemType::F32, None, &v))
             }
             Op::ToCopy { .. } => {
                 if spec.dtype == ElemType::Qs8 {
                     // qs8 -> qs8 (inference forbids float <-> qs8 here): a pure copy.
-                    ins[0].clone()
+                    Cow::Owned(ins[0].clone())
                 } else {
-                    Tensor::from_f64(&shape, spec.dtype, None, &ins[0].values_f64())
+                    Cow::Owned(Tensor::from_f64(&shape, spec.dtype, None, &ins[0].values_f64()))
                 }
             }
             // Row-major reinterpretation of the logical values.
-            Op::Reshape { .. } => Tensor { shape: shape.clone(), ..ins[0].clone() },
+            Op::Reshape { .. } => Cow::Owned(Tensor { shape: shape.clone(), ..ins[0].clone() }),
             Op::Permute { perm } => {
                 let x = ins[0];
                 let p = normalize_dims(perm, x.rank()).map_err(err)?;
                 let strides = row_major_strides(&x.shape);
-                let idx = strided_indices(&shape, &p.iter().map(|&d| strides[d]).collect::<Vec<_>>());
-                Tensor { shape: shape.clone(), data: x.data.gather(&idx), ..x.clone() }
+                let st: Vec<usize> = p.iter().map(|&d| strides[d]).collect();
+                Cow::Owned(Tensor { shape: shape.clone(), data: x.data.gather_strided(&shape, &st), ..x.clone() })
             }
         };
         if out.shape != shape || out.dtype() != spec.dtype || out.data.len() != out.numel() {
@@ -163,7 +190,10 @@ fn row_major_strides(shape: &[usize]) -> Vec<usize> {
 /// Compensated f64 accumulator: Knuth's branch-free TwoSum keeps the exact rounding error of
 /// every addition, so the result is the exact sum to about one f64 ulp. Starts from -0.0, the
 /// IEEE additive identity, so a sum of negative zeros stays -0.0. Once a non-finite value is
-/// met, the plain IEEE sum (inf, or NaN for NaN and inf - inf) is the answer.
+/// met, the plain IEEE sum (inf, or NaN for NaN and inf - inf) is the answer. (`s` takes the
+/// same values as `plain`, but which NaN an addition of two NaNs returns depends on the
+/// operand order the compiler picks, and `plain`'s own accumulator fixes the one the
+/// reference has always produced.)
 #[derive(Clone, Copy)]
 struct Acc {
     s: f64,
@@ -227,39 +257,52 @@ fn mean(x: &Tensor, axes: &[usize], cast: Option<ElemType>, out_shape: &[usize],
             kept_st.push(st);
         }
     }
-    let count: usize = red.iter().product();
+    let count = red.iter().product::<usize>() as f64;
     let offsets = strided_indices(&red, &red_st);
-    let out: Vec<f64> = strided_indices(&kept, &kept_st)
-        .into_iter()
-        .map(|base| sum(offsets.iter().map(|&o| v[base + o])) / count as f64)
-        .collect();
+    let mut out = Vec::with_capacity(kept.iter().product());
+    for_each_offset(&kept, &kept_st, |base| out.push(sum(offsets.iter().map(|&o| v[base + o])) / count));
     Tensor::from_f64(out_shape, out_dtype, None, &out)
 }
 
 /// Elementwise with numpy broadcasting (right-aligned; size-1 dims repeat).
 fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], dtype: ElemType) -> Tensor {
-    let idx = |t: &Tensor| {
+    // Strides of an operand over the output's dims: 0 where it repeats.
+    let strides = |t: &Tensor| -> Vec<usize> {
         let st = row_major_strides(&t.shape);
         let lead = out_shape.len() - t.rank();
-        let s: Vec<usize> =
-            (0..out_shape.len()).map(|k| if k < lead || t.shape[k - lead] == 1 { 0 } else { st[k - lead] }).collect();
-        strided_indices(out_shape, &s)
+        (0..out_shape.len()).map(|k| if k < lead || t.shape[k - lead] == 1 { 0 } else { st[k - lead] }).collect()
     };
+    let (sa, sb) = (strides(a), strides(b));
     let (av, bv) = (a.values_f64(), b.values_f64());
-    let out: Vec<f64> = idx(a)
-        .into_iter()
-        .zip(idx(b))
-        .map(|(i, j)| {
-            let (x, y) = (av[i], bv[j]);
-            match op {
-                BinaryOp::Add => x + y,
-                BinaryOp::Sub => x - y,
-                BinaryOp::Mul => x * y,
-                BinaryOp::Div => x / y,
-            }
-        })
-        .collect();
+    let same = a.shape == out_shape && b.shape == out_shape;
+    // One loop per op (generic `f`), so the op is not matched per element; operands of the
+    // output's shape are simply zipped.
+    let out = match op {
+        BinaryOp::Add => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x + y),
+        BinaryOp::Sub => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x - y),
+        BinaryOp::Mul => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x * y),
+        BinaryOp::Div => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x / y),
+    };
     Tensor::from_f64(out_shape, dtype, None, &out)
+}
+
+/// `f(a[i], b[j])` for every output element, `i` and `j` its offsets under `sa` and `sb`;
+/// `same`: both operands have the output's shape (their offsets are the element's index).
+fn broadcast(
+    shape: &[usize],
+    same: bool,
+    sa: &[usize],
+    sb: &[usize],
+    a: &[f64],
+    b: &[f64],
+    f: impl Fn(f64, f64) -> f64,
+) -> Vec<f64> {
+    if same {
+        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+    }
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for_each_offset2(shape, sa, sb, |i, j| out.push(f(a[i], b[j])));
+    out
 }
 
 /// 2-D convolution, NCHW semantics. Padding positions are skipped (they contribute an exact
@@ -278,30 +321,45 @@ fn conv2d(
     let (cg, kh, kw) = (w.shape[1], w.shape[2], w.shape[3]);
     let (n, o, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
     let og = o / p.groups;
-    // Kernel taps that land inside the input along one axis, for output position `pos`:
-    // (kernel index, input index). Padding positions are simply absent.
-    let taps = |pos: usize, k: usize, len: usize, ker: usize| -> Vec<(usize, usize)> {
-        (0..ker)
-            .filter_map(|i| (pos * p.stride[k] + i * p.dilation[k]).checked_sub(p.padding[k]).map(|v| (i, v)))
-            .filter(|&(_, v)| v < len)
-            .collect()
+    // Kernel taps that land inside the input along one axis, for output position `pos`: the
+    // kernel indices `k0..k0 + len`, the first at input index `first` (then every `dilation`).
+    // The input index grows with the kernel index, so they are one range; padding positions
+    // are absent.
+    let taps = |pos: usize, k: usize, len: usize, ker: usize| -> (usize, usize, usize) {
+        let at = |i: usize| (pos * p.stride[k] + i * p.dilation[k]).checked_sub(p.padding[k]).filter(|&v| v < len);
+        let k0 = (0..ker).find(|&i| at(i).is_some()).unwrap_or(ker);
+        let k1 = (k0..ker).find(|&i| at(i).is_none()).unwrap_or(ker);
+        (k0, k1 - k0, at(k0).unwrap_or(0))
     };
     let rows: Vec<_> = (0..oh).map(|y| taps(y, 0, h, kh)).collect();
     let cols: Vec<_> = (0..ow).map(|x| taps(x, 1, wd, kw)).collect();
+    let (dh, dw) = (p.dilation[0], p.dilation[1]);
     let mut out = Vec::with_capacity(n * o * oh * ow);
     for ni in 0..n {
         for oi in 0..o {
             let g = oi / og;
-            for row in &rows {
-                for col in &cols {
+            for &(i0, rows_len, iy0) in &rows {
+                for &(j0, len, ix0) in &cols {
+                    // Summed in the order ci, kernel row, kernel column, then the bias.
                     let mut acc = Acc::new();
                     for ci in 0..cg {
-                        let xc = &xv[(ni * c + g * cg + ci) * h * wd..][..h * wd];
-                        let wc = &wv[(oi * cg + ci) * kh * kw..][..kh * kw];
-                        for &(i, iy) in row {
-                            for &(j, ix) in col {
-                                acc.add(xc[iy * wd + ix] * wc[i * kw + j]);
+                        // First tap of the first kernel row in x and in w; each kernel row
+                        // moves `dilation` input rows and one kernel row further.
+                        let mut xo = ((ni * c + g * cg + ci) * h + iy0) * wd + ix0;
+                        let mut wo = ((oi * cg + ci) * kh + i0) * kw + j0;
+                        for _ in 0..rows_len {
+                            let wr = &wv[wo..wo + len];
+                            if dw == 1 {
+                                for (&xe, &we) in xv[xo..xo + len].iter().zip(wr) {
+                                    acc.add(xe * we);
+                                }
+                            } else {
+                                for (&xe, &we) in xv[xo..].iter().step_by(dw).zip(wr) {
+                                    acc.add(xe * we);
+                                }
                             }
+                            xo += dh * wd;
+                            wo += kw;
                         }
                     }
                     if let Some(bv) = &bv {

@@ -78,6 +78,17 @@ impl TensorData {
         }
     }
 
+    /// `self[o]` for every offset `o` of `shape` under `strides` (row-major order), keeping
+    /// the element type.
+    pub(crate) fn gather_strided(&self, shape: &[usize], strides: &[usize]) -> TensorData {
+        match self {
+            TensorData::F32(v) => TensorData::F32(gather_strided(v, shape, strides)),
+            TensorData::F16(v) => TensorData::F16(gather_strided(v, shape, strides)),
+            TensorData::Bf16(v) => TensorData::Bf16(gather_strided(v, shape, strides)),
+            TensorData::Qs8(v) => TensorData::Qs8(gather_strided(v, shape, strides)),
+        }
+    }
+
     /// Gathers `self[idx[k]]` for every k, keeping the element type.
     pub fn gather(&self, idx: &[usize]) -> TensorData {
         match self {
@@ -99,26 +110,65 @@ pub struct Tensor {
     pub data: TensorData,
 }
 
-/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`; an empty
-/// shape has exactly one index (offset 0). The offset is carried along (an odometer), not
-/// recomputed per element.
-pub(crate) fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
-    let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    let mut off = 0usize;
-    for _ in 0..n {
-        out.push(off);
-        for d in (0..shape.len()).rev() {
+/// Calls `f(a, b)` for every index of `shape` in row-major order, where `a` and `b` are the
+/// index's offsets under `sa` and `sb` (`sum_k idx[k] * s[k]`); an empty shape has exactly one
+/// index (offsets 0). The offsets are carried along (an odometer over the outer dims, a plain
+/// loop over the last), not recomputed per element, and no index list is built.
+pub(crate) fn for_each_offset2(shape: &[usize], sa: &[usize], sb: &[usize], mut f: impl FnMut(usize, usize)) {
+    if shape.contains(&0) {
+        return;
+    }
+    let Some(last) = shape.len().checked_sub(1) else {
+        f(0, 0);
+        return;
+    };
+    let (len, step_a, step_b) = (shape[last], sa[last], sb[last]);
+    let mut idx = vec![0usize; last];
+    let (mut base_a, mut base_b) = (0usize, 0usize);
+    loop {
+        let (mut a, mut b) = (base_a, base_b);
+        for _ in 0..len {
+            f(a, b);
+            a += step_a;
+            b += step_b;
+        }
+        // Next index of the outer dims; done when every one wrapped around.
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
             idx[d] += 1;
-            off += strides[d];
+            base_a += sa[d];
+            base_b += sb[d];
             if idx[d] < shape[d] {
                 break;
             }
-            off -= strides[d] * idx[d];
+            base_a -= sa[d] * shape[d];
+            base_b -= sb[d] * shape[d];
             idx[d] = 0;
         }
     }
+}
+
+/// [`for_each_offset2`] with one set of strides.
+pub(crate) fn for_each_offset(shape: &[usize], strides: &[usize], mut f: impl FnMut(usize)) {
+    for_each_offset2(shape, strides, strides, |a, _| f(a));
+}
+
+/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`; an empty
+/// shape has exactly one index (offset 0).
+pub(crate) fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for_each_offset(shape, strides, |o| out.push(o));
+    out
+}
+
+/// `v[o]` for every offset `o` of `shape` under `strides`, in row-major order.
+fn gather_strided<T: Copy>(v: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for_each_offset(shape, strides, |o| out.push(v[o]));
     out
 }
 
@@ -163,18 +213,30 @@ impl Tensor {
         self.shape.len()
     }
 
-    /// Physical index of every element, listed in logical row-major order.
-    pub fn logical_to_physical(shape: &[usize], format: MemoryFormat) -> Vec<usize> {
-        let rank = shape.len();
-        let order = if format.required_rank() == Some(rank) { format.dim_order(rank) } else { (0..rank).collect() };
-        // Stride of each logical dim in the physical layout.
-        let mut strides = vec![0usize; rank];
+    /// The order in which `format` stores the logical dims of a rank-`rank` tensor
+    /// (`physical[i] = logical dim order[i]`); a format for another rank stores them in order.
+    fn storage_order(format: MemoryFormat, rank: usize) -> Vec<usize> {
+        if format.required_rank() == Some(rank) {
+            format.dim_order(rank)
+        } else {
+            (0..rank).collect()
+        }
+    }
+
+    /// Stride of each logical dim of `shape` in the physical layout of `format`.
+    fn physical_strides(shape: &[usize], format: MemoryFormat) -> Vec<usize> {
+        let mut strides = vec![0usize; shape.len()];
         let mut s = 1usize;
-        for &d in order.iter().rev() {
+        for &d in Self::storage_order(format, shape.len()).iter().rev() {
             strides[d] = s;
             s *= shape[d];
         }
-        strided_indices(shape, &strides)
+        strides
+    }
+
+    /// Physical index of every element, listed in logical row-major order.
+    pub fn logical_to_physical(shape: &[usize], format: MemoryFormat) -> Vec<usize> {
+        strided_indices(shape, &Self::physical_strides(shape, format))
     }
 
     /// The same values stored in another memory format.
@@ -182,46 +244,57 @@ impl Tensor {
         if format == self.format {
             return self.clone();
         }
-        let logical = self.to_contiguous();
-        let phys = Self::logical_to_physical(&self.shape, format);
-        // phys[logical_i] = physical position; invert to gather.
-        let mut inv = vec![0usize; phys.len()];
-        for (l, &p) in phys.iter().enumerate() {
-            inv[p] = l;
+        // Walk the target's physical order (its dims in storage order) and read each element
+        // where this tensor's format stores it.
+        let src = Self::physical_strides(&self.shape, self.format);
+        let order = Self::storage_order(format, self.rank());
+        let shape: Vec<usize> = order.iter().map(|&d| self.shape[d]).collect();
+        let strides: Vec<usize> = order.iter().map(|&d| src[d]).collect();
+        Tensor {
+            shape: self.shape.clone(),
+            format,
+            quant: self.quant,
+            data: self.data.gather_strided(&shape, &strides),
         }
-        Tensor { shape: self.shape.clone(), format, quant: self.quant, data: logical.data.gather(&inv) }
+    }
+
+    /// [`Tensor::to_format`] that moves the data when the format already matches.
+    pub fn into_format(self, format: MemoryFormat) -> Tensor {
+        if format == self.format {
+            self
+        } else {
+            self.to_format(format)
+        }
     }
 
     /// The same values in contiguous (logical row-major) order.
     pub fn to_contiguous(&self) -> Tensor {
-        if self.format == MemoryFormat::Contiguous {
-            return self.clone();
-        }
-        let phys = Self::logical_to_physical(&self.shape, self.format);
-        Tensor {
-            shape: self.shape.clone(),
-            format: MemoryFormat::Contiguous,
-            quant: self.quant,
-            data: self.data.gather(&phys),
-        }
+        self.to_format(MemoryFormat::Contiguous)
     }
 
     /// Values in logical order as real numbers (qs8 dequantized exactly in f64).
     pub fn values_f64(&self) -> Vec<f64> {
-        // Converted in physical order with one match per tensor (this is the oracles' hot
-        // path), then gathered into logical order when the format is not contiguous.
-        let phys: Vec<f64> = match (&self.data, self.quant) {
-            (TensorData::F32(v), _) => v.iter().map(|&x| x as f64).collect(),
-            (TensorData::F16(v), _) => v.iter().map(|x| x.to_f64()).collect(),
-            (TensorData::Bf16(v), _) => v.iter().map(|x| x.to_f64()).collect(),
+        // One match per tensor (this is the oracles' hot path); a non-contiguous tensor is
+        // read straight from where its format stores each logical element.
+        match (&self.data, self.quant) {
+            (TensorData::F32(v), _) => self.widen(v, |x| x as f64),
+            (TensorData::F16(v), _) => self.widen(v, |x| x.to_f64()),
+            (TensorData::Bf16(v), _) => self.widen(v, |x| x.to_f64()),
             (TensorData::Qs8(v), Some(q)) => {
-                v.iter().map(|&x| (x as f64 - q.zero_point as f64) * q.scale as f64).collect()
+                let (zp, scale) = (q.zero_point as f64, q.scale as f64);
+                self.widen(v, |x| (x as f64 - zp) * scale)
             }
-            (TensorData::Qs8(v), None) => v.iter().map(|&x| x as f64).collect(),
-        };
-        if self.format == MemoryFormat::Contiguous || phys.is_empty() {
-            return phys;
+            (TensorData::Qs8(v), None) => self.widen(v, |x| x as f64),
         }
-        Self::logical_to_physical(&self.shape, self.format).iter().map(|&p| phys[p]).collect()
+    }
+
+    /// `f` of every element of `v` (this tensor's data), in logical order.
+    fn widen<T: Copy>(&self, v: &[T], f: impl Fn(T) -> f64) -> Vec<f64> {
+        if self.format == MemoryFormat::Contiguous || v.is_empty() {
+            return v.iter().map(|&x| f(x)).collect();
+        }
+        let mut out = Vec::with_capacity(v.len());
+        for_each_offset(&self.shape, &Self::physical_strides(&self.shape, self.format), |o| out.push(f(v[o])));
+        out
     }
 }
