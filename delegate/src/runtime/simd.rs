@@ -902,31 +902,231 @@ multiversion! {
     }
 }
 
-multiversion! {
-    /// `acc[j] += xs[i] * w[i * acc.len() + j]` for every `i` in order: an axpy per row of `w`,
-    /// each 8-wide block of `acc` kept in registers across the rows (a regular convolution
-    /// tap: input channels times packed output channels), so a tap is one call, not one per
-    /// input channel. Each element is a chain of separate multiplies and adds, as on every path.
-    pub fn axpy_rows(acc: &mut [f32], xs: &[f32], w: &[f32]) {
-        let n = acc.len();
-        let w = &w[..xs.len() * n];
-        let mut j = 0;
-        while j + 8 <= n {
-            let mut r = [0f32; 8];
-            r.copy_from_slice(&acc[j..j + 8]);
-            for (i, &s) in xs.iter().enumerate() {
-                let wr = &w[i * n + j..i * n + j + 8];
-                for k in 0..8 {
-                    r[k] += s * wr[k];
+/// Where an accumulator starts from in [`axpy_rows`] and [`gemm_rows`]: a convolution pixel's
+/// first run of taps starts from the bias, the following runs from the accumulator.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'a, T> {
+    /// The accumulator's current values.
+    Acc,
+    /// Zero.
+    Zero,
+    /// These values (a bias), indexed like the accumulator.
+    From(&'a [T]),
+}
+
+/// One block of `len <= B` accumulator columns from `j` on:
+/// `acc[j + t] = start[j + t] + xs[0] * w[c + t] + xs[1] * w[ld + c + t] + ...`, the block kept
+/// in registers across the rows. `c + B <= ld`: the row columns past `len` are padding,
+/// computed and dropped. Partial loads and stores are element loops over the fixed `B`, not
+/// copies of a run-time length, which would be calls to `memcpy`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn axpy_block<const B: usize>(
+    acc: &mut [f32],
+    start: Start<f32>,
+    xs: &[f32],
+    w: &[f32],
+    ld: usize,
+    c: usize,
+    j: usize,
+    len: usize,
+) {
+    let mut r = [0f32; B];
+    let acc = &mut acc[j..j + len];
+    match start {
+        Start::Acc => {
+            for t in 0..B {
+                if t < len {
+                    r[t] = acc[t];
                 }
             }
-            acc[j..j + 8].copy_from_slice(&r);
+        }
+        Start::Zero => {}
+        Start::From(b) => {
+            let b = &b[j..j + len];
+            for t in 0..B {
+                if t < len {
+                    r[t] = b[t];
+                }
+            }
+        }
+    }
+    assert!(c + B <= ld);
+    for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
+        let wr = &row[c..c + B];
+        for t in 0..B {
+            r[t] += s * wr[t];
+        }
+    }
+    for t in 0..B {
+        if t < len {
+            acc[t] = r[t];
+        }
+    }
+}
+
+/// `acc[t] = start[t] + sum_i xs[i] * w[i * ld + j0 + t]`, rows in order: each element is a
+/// chain of separate multiplies and adds in row order, the same on every path and block width.
+/// Blocks of 16, 8 and 4 columns; a ragged end runs as one more 4-wide block when `w`'s rows
+/// have room for it (packed filters are padded to a multiple of 4 columns), else per column.
+#[inline(always)]
+fn axpy_rows_body(acc: &mut [f32], start: Start<f32>, xs: &[f32], w: &[f32], ld: usize, j0: usize) {
+    let n = acc.len();
+    assert!(w.len() >= xs.len() * ld, "axpy rows outside the weights");
+    let mut j = 0;
+    while j + 16 <= n {
+        axpy_block::<16>(acc, start, xs, w, ld, j0 + j, j, 16);
+        j += 16;
+    }
+    if j + 8 <= n {
+        axpy_block::<8>(acc, start, xs, w, ld, j0 + j, j, 8);
+        j += 8;
+    }
+    if j + 4 <= n {
+        axpy_block::<4>(acc, start, xs, w, ld, j0 + j, j, 4);
+        j += 4;
+    }
+    if j < n && j0 + j + 4 <= ld {
+        axpy_block::<4>(acc, start, xs, w, ld, j0 + j, j, n - j);
+        j = n;
+    }
+    for jj in j..n {
+        let mut r = match start {
+            Start::Acc => acc[jj],
+            Start::Zero => 0.0,
+            Start::From(b) => b[jj],
+        };
+        for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
+            r += s * row[j0 + jj];
+        }
+        acc[jj] = r;
+    }
+}
+
+multiversion! {
+    /// `acc[j] = start[j] + sum_i xs[i] * w[i * ld + j]`, rows `i` in order: an axpy per row of
+    /// `w`, blocks of `acc` kept in registers across the rows (a convolution's run of taps:
+    /// input channels times packed output channels), so a run is one call, not one per input
+    /// channel. `ld >= acc.len()` is the row length of `w` (columns past `acc.len()` are padding).
+    pub fn axpy_rows(acc: &mut [f32], start: Start<f32>, xs: &[f32], w: &[f32], ld: usize) {
+        axpy_rows_body(acc, start, xs, w, ld, 0);
+    }
+}
+
+/// Sizes of a matrix product `[m, k] x [k, n]` whose right operand has rows of `ld >= n`.
+#[derive(Clone, Copy, Debug)]
+pub struct Gemm {
+    pub k: usize,
+    pub n: usize,
+    pub ld: usize,
+}
+
+multiversion! {
+    /// Elements `first..first + out.len()` of the row-major `[m, n]` product `bias + x w`
+    /// (`x` `[m, k]`, `w` `[k, ld]`, `bias` per column), each element's sum in row order as in
+    /// [`axpy_rows`]. Rows may be partial (threads split anywhere); one dispatch for all of
+    /// them, as the rows of a linear or a 1x1 convolution are often only a few elements long.
+    pub fn gemm_rows(out: &mut [f32], first: usize, x: &[f32], w: &[f32], d: Gemm, bias: Option<&[f32]>) {
+        let Gemm { k, n, ld } = d;
+        if out.is_empty() || n == 0 {
+            return;
+        }
+        let w = &w[..k * ld];
+        let start = |c0: usize| match bias {
+            Some(b) => Start::From(&b[c0..]),
+            None => Start::Zero,
+        };
+        // A partial first row, whole rows, then a partial last row.
+        let (r0, c0) = (first / n, first % n);
+        let head = if c0 == 0 { 0 } else { (n - c0).min(out.len()) };
+        let (head_out, rest) = out.split_at_mut(head);
+        if head > 0 {
+            axpy_rows_body(head_out, start(c0), &x[r0 * k..(r0 + 1) * k], w, ld, c0);
+        }
+        let r1 = if head > 0 { r0 + 1 } else { r0 };
+        let full = rest.len() / n;
+        let mut rows = rest.chunks_exact_mut(n);
+        for (i, o) in (&mut rows).enumerate() {
+            let r = r1 + i;
+            axpy_rows_body(o, start(0), &x[r * k..(r + 1) * k], w, ld, 0);
+        }
+        let tail = rows.into_remainder();
+        if !tail.is_empty() {
+            let r = r1 + full;
+            axpy_rows_body(tail, start(0), &x[r * k..(r + 1) * k], w, ld, 0);
+        }
+    }
+}
+
+/// [`axpy_block`] for qs8: `acc[j + t] += (xs[i] - zx) * w[i * ld + j + t]` in wrapping i32
+/// (exact: integer sums do not depend on their order).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn axpy_block_qs8<const B: usize>(
+    acc: &mut [i32],
+    start: Start<i32>,
+    xs: &[i8],
+    zx: i32,
+    w: &[i32],
+    ld: usize,
+    j: usize,
+    len: usize,
+) {
+    let mut r = [0i32; B];
+    let acc = &mut acc[j..j + len];
+    let from = match start {
+        Start::Acc => Some(&*acc),
+        Start::Zero => None,
+        Start::From(b) => Some(&b[j..j + len]),
+    };
+    if let Some(from) = from {
+        for t in 0..B {
+            if t < len {
+                r[t] = from[t];
+            }
+        }
+    }
+    assert!(j + B <= ld);
+    for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
+        let s = (s as i32).wrapping_sub(zx);
+        let wr = &row[j..j + B];
+        for t in 0..B {
+            r[t] = r[t].wrapping_add(s.wrapping_mul(wr[t]));
+        }
+    }
+    for t in 0..B {
+        if t < len {
+            acc[t] = r[t];
+        }
+    }
+}
+
+multiversion! {
+    /// `acc[j] = start[j] + sum_i (xs[i] - zx) * w[i * ld + j]` in wrapping i32: a qs8
+    /// convolution's run of taps against its packed filter (`w - w_zero_point`, rows of `ld`
+    /// columns, padded like the f32 one).
+    pub fn axpy_rows_qs8(acc: &mut [i32], start: Start<i32>, xs: &[i8], zx: i32, w: &[i32], ld: usize) {
+        let n = acc.len();
+        assert!(w.len() >= xs.len() * ld, "axpy rows outside the weights");
+        let mut j = 0;
+        while j + 8 <= n {
+            axpy_block_qs8::<8>(acc, start, xs, zx, w, ld, j, 8);
             j += 8;
         }
+        // 4-wide blocks, the last one padded when the rows have room.
+        while j < n && j + 4 <= ld {
+            let len = (n - j).min(4);
+            axpy_block_qs8::<4>(acc, start, xs, zx, w, ld, j, len);
+            j += len;
+        }
         for jj in j..n {
-            let mut r = acc[jj];
-            for (i, &s) in xs.iter().enumerate() {
-                r += s * w[i * n + jj];
+            let mut r = match start {
+                Start::Acc => acc[jj],
+                Start::Zero => 0,
+                Start::From(b) => b[jj],
+            };
+            for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
+                r = r.wrapping_add((s as i32).wrapping_sub(zx).wrapping_mul(row[jj]));
             }
             acc[jj] = r;
         }

@@ -6,9 +6,39 @@ use super::conv::{float_cow, float_vec};
 use super::convert::{from_f32, to_f32};
 use super::{sized, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd;
+use half::{bf16, f16};
 use std::borrow::Cow;
 
 pub const FLAG_TRANSPOSE_WEIGHTS: u32 = 1;
+
+/// Largest weight (elements) copied per call into the axpy layout: 64 KiB, in L1/L2, where
+/// the copy is cheap next to the products. Larger weights are read in place.
+const SMALL_WEIGHTS: usize = 16 * 1024;
+
+/// `out[i * ld + j] = w[j, i]` from `[N, K]` weights (`w[i, j]` from `[K, N]`), widened.
+#[allow(clippy::too_many_arguments)]
+fn to_k_by_n<T: Copy>(w: &[T], f: impl Fn(T) -> f32, k_by_n: bool, k: usize, n: usize, ld: usize, out: &mut [f32]) {
+    for i in 0..k {
+        let row = &mut out[i * ld..i * ld + n];
+        if k_by_n {
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = f(w[i * n + j]);
+            }
+        } else {
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = f(w[j * k + i]);
+            }
+        }
+    }
+}
+
+/// The weights as the kernel reads them.
+enum Weights<'a> {
+    /// `[K, N]` with rows of `ld >= N` (padded).
+    KByN(&'a [f32], simd::Gemm),
+    /// `[N, K]`.
+    NByK(Cow<'a, [f32]>),
+}
 
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
@@ -32,29 +62,53 @@ pub fn fully_connected(
             out.len()
         ));
     }
-    // fp32 [N, K] weights are read in place: copying them per call doubled the memory traffic
-    // of a large (memory-bound) linear. Other dtypes and [K, N] are widened or reordered.
-    let wf: Cow<[f32]> = match (w, transpose_weights) {
-        (w, false) => float_cow(w)?,
-        (w, true) => {
-            // [K, N] -> [N, K] so every output is one contiguous dot product.
-            let wk = float_vec(w)?;
-            Cow::Owned((0..n * k).map(|i| wk[(i % k) * n + i / k]).collect())
-        }
-    };
     let bf = b.map(float_cow).transpose()?;
     if bf.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("bias length differs from {n} outputs"));
     }
-    let Scratch { a: sa, c: sc, .. } = scratch;
+    let Scratch { a: sa, b: sb, c: sc } = scratch;
     let xf = to_f32(ctx, x, sa)?;
     let isa = ctx.isa;
+    let weights = if n * k <= SMALL_WEIGHTS {
+        // Small weights: copied per call to `[K, N]` (rows padded to a multiple of 4), so each
+        // output row is one axpy per input element with no horizontal sums: with the few
+        // inputs per output of small linears, a dot product's reduction cost more than its
+        // products. Each output is still `bias + x[0] w[0] + x[1] w[1] + ...` in order.
+        let ld = n.div_ceil(4) * 4;
+        sb.clear();
+        sb.resize(k * ld, 0.0);
+        match w {
+            View::F32(w) => to_k_by_n(w, |v| v, transpose_weights, k, n, ld, sb),
+            View::F16(w) => to_k_by_n(w, f16::to_f32, transpose_weights, k, n, ld, sb),
+            View::Bf16(w) => to_k_by_n(w, bf16::to_f32, transpose_weights, k, n, ld, sb),
+            other => return Err(format!("{} weights are not supported", other.type_name())),
+        }
+        Weights::KByN(&sb[..], simd::Gemm { k, n, ld })
+    } else {
+        // fp32 [N, K] weights are read in place: copying them per call doubled the memory
+        // traffic of a large (memory-bound) linear. Other dtypes and [K, N] are widened or
+        // reordered.
+        Weights::NByK(match (w, transpose_weights) {
+            (w, false) => float_cow(w)?,
+            (w, true) => {
+                // [K, N] -> [N, K] so every output is one contiguous dot product.
+                let wk = float_vec(w)?;
+                Cow::Owned((0..n * k).map(|i| wk[(i % k) * n + i / k]).collect())
+            }
+        })
+    };
+    let bf = bf.as_deref();
     let run = |o: &mut [f32]| {
         ctx.par_chunks(o, (m * k + n * k) * 4, 16, false, |start, chunk| {
-            for (i, d) in chunk.iter_mut().enumerate() {
-                let (r, c) = ((start + i) / n, (start + i) % n);
-                let v = simd::dot(isa, &xf[r * k..(r + 1) * k], &wf[c * k..(c + 1) * k]);
-                *d = v + bf.as_ref().map_or(0.0, |b| b[c]);
+            match &weights {
+                Weights::KByN(wt, d) => simd::gemm_rows(isa, chunk, start, xf, wt, *d, bf),
+                Weights::NByK(wf) => {
+                    for (i, d) in chunk.iter_mut().enumerate() {
+                        let (r, c) = ((start + i) / n, (start + i) % n);
+                        let v = simd::dot(isa, &xf[r * k..(r + 1) * k], &wf[c * k..(c + 1) * k]);
+                        *d = v + bf.map_or(0.0, |b| b[c]);
+                    }
+                }
             }
             if let Some((lo, hi)) = act {
                 simd::clamp_inplace(isa, chunk, lo, hi);
@@ -72,5 +126,106 @@ pub fn fully_connected(
             from_f32(ctx, t, o)
         }
         o => Err(format!("fully connected into {}", o.type_name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::kernels::conv::tests::{pools, values};
+    use crate::runtime::simd::available_isas;
+
+    #[test]
+    fn small_weights_give_the_in_order_sums_and_large_ones_stay_close() {
+        let pools = pools();
+        // (m, k, n): tiny, ragged widths around the blocks, and one past SMALL_WEIGHTS.
+        for (m, k, n) in [
+            (1, 1, 1),
+            (700, 1, 1),
+            (3, 0, 5),
+            (7, 3, 3),
+            (5, 37, 11),
+            (66, 8, 8),
+            (3, 5, 17),
+            (9, 4, 33),
+            (3, 130, 130),
+        ] {
+            let x = values(m * k, (m * 31 + k) as u64);
+            let w = values(n * k, (n * 17 + k) as u64);
+            let b = values(n, 9);
+            let wt: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+            for transposed in [false, true] {
+                let wv = if transposed { &wt } else { &w };
+                for isa in available_isas() {
+                    for pool in &pools {
+                        let mut out = vec![f32::NAN; m * n];
+                        let ctx = Ctx { isa, pool };
+                        let (xv, bv, ov) = (View::F32(&x), Some(View::F32(&b)), ViewMut::F32(&mut out));
+                        fully_connected(
+                            &ctx,
+                            xv,
+                            m,
+                            k,
+                            View::F32(wv),
+                            n,
+                            transposed,
+                            bv,
+                            ov,
+                            None,
+                            &mut Scratch::default(),
+                        )
+                        .unwrap();
+                        for r in 0..m {
+                            for c in 0..n {
+                                let got = out[r * n + c];
+                                let what =
+                                    format!("{m}x{k}x{n} t{transposed} {} t{} [{r}, {c}]", isa.name(), pool.threads());
+                                if n * k <= SMALL_WEIGHTS {
+                                    let mut s = b[c];
+                                    for j in 0..k {
+                                        s += x[r * k + j] * w[c * k + j];
+                                    }
+                                    assert_eq!(got.to_bits(), s.to_bits(), "{what}");
+                                } else {
+                                    let terms = (0..k).map(|j| x[r * k + j] as f64 * w[c * k + j] as f64);
+                                    let (s, mag) =
+                                        terms.fold((b[c] as f64, b[c].abs() as f64), |(s, a), t| (s + t, a + t.abs()));
+                                    assert!(
+                                        (got as f64 - s).abs() <= mag * (k + 1) as f64 * f32::EPSILON as f64,
+                                        "{what}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_weights_output_and_clamp() {
+        let (m, k, n) = (4, 6, 5);
+        let x = values(m * k, 1);
+        let w16: Vec<bf16> = values(n * k, 2).into_iter().map(bf16::from_f32).collect();
+        let pool = &pools()[0];
+        let mut want = vec![bf16::ZERO; m * n];
+        for r in 0..m {
+            for c in 0..n {
+                let mut s = 0f32;
+                for j in 0..k {
+                    s += x[r * k + j] * w16[c * k + j].to_f32();
+                }
+                want[r * n + c] = bf16::from_f32(s.clamp(-0.25, 1.0));
+            }
+        }
+        for isa in available_isas() {
+            let mut out = vec![bf16::ZERO; m * n];
+            let (ctx, xv, ov) = (Ctx { isa, pool }, View::F32(&x), ViewMut::Bf16(&mut out));
+            let act = Some((-0.25, 1.0));
+            fully_connected(&ctx, xv, m, k, View::Bf16(&w16), n, false, None, ov, act, &mut Scratch::default())
+                .unwrap();
+            assert_eq!(out, want, "{}", isa.name());
+        }
     }
 }

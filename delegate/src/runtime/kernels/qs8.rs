@@ -12,11 +12,11 @@
 //!   output range is applied in real units before quantizing (clamping is monotone, so this is
 //!   the same as clamping the quantized value to the quantized bounds, up to the bound's rounding).
 
-use super::conv::ConvGeom;
+use super::conv::{self, ConvGeom};
 use super::convert::convert;
 use super::elementwise::binary as binary_float;
 use super::{numel, Ctx, Quant, Scratch, View, ViewMut};
-use crate::runtime::simd::BinOp;
+use crate::runtime::simd::{self, BinOp, Start};
 
 /// `out = quantize(act(dequant(a) op dequant(b)))` with broadcasting (physical shapes).
 #[allow(clippy::too_many_arguments)]
@@ -58,16 +58,38 @@ pub fn binary(
     result
 }
 
-/// Requantizes an int32 accumulator: `clamp(round_half_even(acc * mult) + zp)` with the
-/// fused range `[lo, hi]` (real units) applied before rounding.
-#[inline]
-fn requantize(acc: i32, mult: f32, qo: Quant, range: (f32, f32)) -> i8 {
-    let v = (acc as f32 * mult).clamp(range.0 / qo.scale, range.1 / qo.scale);
-    let v = v.round_ties_even() + qo.zero_point as f32;
-    v.clamp(-128.0, 127.0) as i8
+/// Requantization of an int32 accumulator: `clamp(round_half_even(acc * mult) + zp)` with the
+/// fused range (real units) applied before rounding. The range is divided by the output scale
+/// once per operator, not per output.
+#[derive(Clone, Copy, Debug)]
+struct Requant {
+    mult: f32,
+    lo: f32,
+    hi: f32,
+    zp: f32,
 }
 
-/// qs8 convolution (regular or depthwise, NHWC, XNNPACK's filter layouts, see `conv`).
+impl Requant {
+    fn new(mult: f32, qo: Quant, range: (f32, f32)) -> Result<Requant, String> {
+        let (lo, hi) = (range.0 / qo.scale, range.1 / qo.scale);
+        // `f32::clamp` needs ordered bounds (a NaN or negative scale would break them).
+        if !(lo <= hi) {
+            return Err(format!("qs8 output range [{}, {}] at scale {}", range.0, range.1, qo.scale));
+        }
+        Ok(Requant { mult, lo, hi, zp: qo.zero_point as f32 })
+    }
+
+    #[inline]
+    fn apply(&self, acc: i32) -> i8 {
+        let v = (acc as f32 * self.mult).clamp(self.lo, self.hi);
+        let v = v.round_ties_even() + self.zp;
+        v.clamp(-128.0, 127.0) as i8
+    }
+}
+
+/// qs8 convolution (regular or depthwise, NHWC, XNNPACK's filter layouts, see `conv`). The
+/// filter minus its zero point is packed per call as the f32 kernel's (see
+/// [`conv::pack_into`]), so a run of taps is one int32 axpy across output channels.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     ctx: &Ctx,
@@ -89,6 +111,9 @@ pub fn conv2d(
     if Some(w.len()) != g.filter_len() {
         return Err(format!("filter of {} elements, geometry needs {:?}", w.len(), g.filter_len()));
     }
+    if g.packs() && g.packed_len().is_none() {
+        return Err("packed filter size overflows".into());
+    }
     if x.len() != numel(ish) || out.len() != numel(osh) {
         return Err("convolution buffers do not match their shapes".into());
     }
@@ -100,46 +125,61 @@ pub fn conv2d(
     if !mult.is_finite() {
         return Err(format!("qs8 convolution scale {} x {} / {} is not finite", qx.scale, qw.scale, qo.scale));
     }
-    let range = act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let rq = Requant::new(mult, qo, act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY)))?;
     let (h, wd, c) = (ish[1], ish[2], ish[3]);
     let (oh, ow) = (osh[1], osh[2]);
-    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (taps, cin, go, ld) = (g.kernel[0] * g.kernel[1], g.group_in, g.group_out, g.packed_ld());
     let (zx, zw) = (qx.zero_point, qw.zero_point);
-    let bytes = (x.len() + w.len() + out.len()) * kh * kw;
+    let mut wp = Vec::new();
+    conv::pack_into(g, w, |v| (v as i32).wrapping_sub(zw), &mut wp);
+    let wp = &wp[..];
+    let isa = ctx.isa;
+    let bytes = (x.len() + w.len() + out.len()) * taps;
     ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
         let mut acc = vec![0i32; oc];
-        for (p, o) in chunk.chunks_mut(oc).enumerate() {
-            let pix = start / oc + p;
-            let (n, y, xo) = (pix / (oh * ow), (pix / ow) % oh, pix % ow);
-            match bias {
-                Some(b) => acc.copy_from_slice(b),
-                None => acc.fill(0),
+        for (o, pix) in chunk.chunks_mut(oc).zip(conv::Pixels::new(start / oc, oh, ow)) {
+            // As in the f32 kernel: the first run starts from the bias.
+            let mut from = match bias {
+                Some(b) => Start::From(b),
+                None => Start::Zero,
+            };
+            if g.groups != 1 {
+                conv::init(&mut acc, from);
+                from = Start::Acc;
             }
-            g.for_each_tap(h, wd, c, (n, y, xo), |ky, kx, xb| {
-                let xr = &x[xb..xb + c];
-                if g.depthwise {
-                    let wr = &w[(ky * kw + kx) * oc..(ky * kw + kx + 1) * oc];
-                    for (ch, &xv) in xr.iter().enumerate() {
-                        for m in 0..g.group_out {
-                            let k = ch * g.group_out + m;
-                            acc[k] = acc[k].wrapping_add((xv as i32 - zx) * (wr[k] as i32 - zw));
+            g.for_each_run(h, wd, c, pix, |tap, xb, len| {
+                if g.groups == 1 {
+                    // As in the f32 kernel: the run is consecutive rows of the packed filter.
+                    let xs = &x[xb..xb + len * c];
+                    let w0 = tap * c * ld;
+                    simd::axpy_rows_qs8(isa, &mut acc, from, xs, zx, &wp[w0..w0 + xs.len() * ld], ld);
+                    from = Start::Acc;
+                    return;
+                }
+                for t in 0..len {
+                    let (tap, xr) = (tap + t, &x[xb + t * c..xb + (t + 1) * c]);
+                    if g.depthwise {
+                        let wr = &wp[tap * oc..(tap + 1) * oc];
+                        for (ch, &xv) in xr.iter().enumerate() {
+                            let xv = (xv as i32).wrapping_sub(zx);
+                            for m in 0..go {
+                                let k = ch * go + m;
+                                acc[k] = acc[k].wrapping_add(xv.wrapping_mul(wr[k]));
+                            }
                         }
-                    }
-                } else {
-                    for gi in 0..g.groups {
-                        let xs = &xr[gi * g.group_in..(gi + 1) * g.group_in];
-                        for m in 0..g.group_out {
-                            let k = gi * g.group_out + m;
-                            let wb = ((k * kh + ky) * kw + kx) * g.group_in;
-                            let ws = &w[wb..wb + g.group_in];
-                            let dot: i32 = xs.iter().zip(ws).map(|(&a, &b)| (a as i32 - zx) * (b as i32 - zw)).sum();
-                            acc[k] = acc[k].wrapping_add(dot);
+                    } else {
+                        for gi in 0..g.groups {
+                            let ag = &mut acc[gi * go..(gi + 1) * go];
+                            let rows = (gi * taps + tap) * cin * ld;
+                            let xs = &xr[gi * cin..(gi + 1) * cin];
+                            simd::axpy_rows_qs8(isa, ag, Start::Acc, xs, zx, &wp[rows..rows + cin * ld], ld);
                         }
                     }
                 }
             });
+            conv::init(&mut acc, from);
             for (d, &a) in o.iter_mut().zip(&acc) {
-                *d = requantize(a, mult, qo, range);
+                *d = rq.apply(a);
             }
         }
     });
@@ -149,6 +189,10 @@ pub fn conv2d(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn requantize(acc: i32, mult: f32, qo: Quant, range: (f32, f32)) -> i8 {
+        Requant::new(mult, qo, range).unwrap().apply(acc)
+    }
 
     #[test]
     fn requantize_rounds_half_to_even_and_saturates() {
@@ -161,5 +205,100 @@ mod tests {
         assert_eq!(requantize(-1000, 1.0, q, inf), -128);
         assert_eq!(requantize(10, 1.0, Quant { scale: 1.0, zero_point: 3 }, inf), 13);
         assert_eq!(requantize(10, 1.0, q, (0.0, 6.0)), 6);
+        // The range is in real units: [0, 6] at output scale 0.5 is [0, 12] quanta.
+        assert_eq!(requantize(100, 1.0, Quant { scale: 0.5, zero_point: -4 }, (0.0, 6.0)), 8);
+        assert!(Requant::new(1.0, Quant { scale: f32::NAN, zero_point: 0 }, inf).is_err());
+    }
+}
+
+#[cfg(test)]
+mod conv_tests {
+    use super::*;
+    use crate::runtime::kernels::conv::tests::{geometries, pools};
+    use crate::runtime::simd::available_isas;
+
+    /// Deterministic int8 values (xorshift).
+    fn bytes(n: usize, seed: u64) -> Vec<i8> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 56) as u8 as i8
+            })
+            .collect()
+    }
+
+    /// Integer reference: the exact accumulator per output, then the same requantization.
+    #[allow(clippy::too_many_arguments)]
+    fn naive(
+        g: &ConvGeom,
+        x: &[i8],
+        ish: &[usize],
+        w: &[i8],
+        b: Option<&[i32]>,
+        osh: &[usize],
+        z: (i32, i32),
+    ) -> Vec<i32> {
+        let (kh, kw, go, cin) = (g.kernel[0], g.kernel[1], g.group_out, g.group_in);
+        let mut out = vec![0i32; osh.iter().product()];
+        for (i, o) in out.iter_mut().enumerate() {
+            let (k, ox, oy, n) =
+                (i % osh[3], (i / osh[3]) % osh[2], (i / (osh[3] * osh[2])) % osh[1], i / (osh[3] * osh[2] * osh[1]));
+            let mut s = b.map_or(0, |b| b[k]);
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let iy = (oy * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
+                    let ix = (ox * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
+                    if iy < 0 || ix < 0 || iy >= ish[1] as isize || ix >= ish[2] as isize {
+                        continue;
+                    }
+                    let xb = ((n * ish[1] + iy as usize) * ish[2] + ix as usize) * ish[3];
+                    if g.depthwise {
+                        s += (x[xb + k / go] as i32 - z.0) * (w[(ky * kw + kx) * osh[3] + k] as i32 - z.1);
+                    } else {
+                        for ci in 0..cin {
+                            let wv = w[((k * kh + ky) * kw + kx) * cin + ci] as i32 - z.1;
+                            s += (x[xb + (k / go) * cin + ci] as i32 - z.0) * wv;
+                        }
+                    }
+                }
+            }
+            *o = s;
+        }
+        out
+    }
+
+    #[test]
+    fn conv_is_exactly_the_integer_accumulator_requantized() {
+        let pools = pools();
+        let (qx, qw, qo) = (
+            Quant { scale: 0.02, zero_point: -3 },
+            Quant { scale: 0.01, zero_point: 2 },
+            Quant { scale: 0.05, zero_point: 5 },
+        );
+        for (t, (g, ish)) in geometries().into_iter().enumerate() {
+            let osh = g.output_shape(&ish).unwrap();
+            let x = bytes(ish.iter().product(), 3 + t as u64);
+            let w = bytes(g.filter_len().unwrap(), 5 + t as u64);
+            let b: Vec<i32> = bytes(osh[3], 7 + t as u64).iter().map(|&v| v as i32 * 37).collect();
+            for (bias, act) in [(Some(&b[..]), None), (None, Some((-0.5f32, 1.5f32)))] {
+                let acc = naive(&g, &x, &ish, &w, bias, &osh, (qx.zero_point, qw.zero_point));
+                let range = act.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+                let rq = Requant::new(qx.scale * qw.scale / qo.scale, qo, range).unwrap();
+                let want: Vec<i8> = acc.iter().map(|&a| rq.apply(a)).collect();
+                // The cases must reach the saturation and the rounding, not only zeros.
+                assert!(want.iter().any(|&v| v != want[0]), "{g:?}");
+                for isa in available_isas() {
+                    for pool in &pools {
+                        let mut out = vec![0i8; want.len()];
+                        let ctx = Ctx { isa, pool };
+                        conv2d(&ctx, &g, (&x, qx), &ish, (&w, qw), bias, (&mut out, qo), &osh, act).unwrap();
+                        assert_eq!(out, want, "{g:?} {ish:?} {} t{}", isa.name(), pool.threads());
+                    }
+                }
+            }
+        }
     }
 }
