@@ -70,6 +70,27 @@ pub const NODE_TYPE_NAMES: [&str; 48] = [
     "XNNStaticMean",
 ];
 
+/// Union type ids of the members this crate builds and reads field by field: the
+/// position of the name in [`NODE_TYPE_NAMES`], plus one (a test checks each).
+pub mod node_type {
+    pub const ADD: u8 = 1;
+    pub const FULLY_CONNECTED: u8 = 2;
+    pub const STATIC_TRANSPOSE: u8 = 5;
+    pub const CLAMP: u8 = 6;
+    pub const CONV_2D: u8 = 7;
+    pub const DIV: u8 = 8;
+    pub const DEPTHWISE_CONV_2D: u8 = 13;
+    pub const MULTIPLY: u8 = 15;
+    pub const SUBTRACT: u8 = 16;
+    pub const CONVERT: u8 = 18;
+    pub const GLOBAL_AVG_POOLING_2D: u8 = 19;
+    pub const STATIC_RESHAPE: u8 = 20;
+    pub const SQUARE: u8 = 28;
+    pub const RECIPROCAL_SQUARE_ROOT: u8 = 40;
+    pub const COPY: u8 = 46;
+    pub const STATIC_MEAN: u8 = 48;
+}
+
 /// The union type id of a node type name, or `None` for a name the schema lacks.
 pub fn node_type_id(name: &str) -> Option<u8> {
     NODE_TYPE_NAMES.iter().position(|n| *n == name).map(|i| i as u8 + 1)
@@ -333,11 +354,29 @@ impl XNodeKind {
         }
     }
 
-    /// The union type id this node serializes with.
+    /// The union type id this node serializes with: the position of its
+    /// [`type_name`](Self::type_name) in [`NODE_TYPE_NAMES`], plus one (a test checks
+    /// every variant against the table).
     pub fn type_id(&self) -> u8 {
+        use node_type::*;
         match self {
+            XNodeKind::Add { .. } => ADD,
+            XNodeKind::FullyConnected { .. } => FULLY_CONNECTED,
+            XNodeKind::StaticTranspose { .. } => STATIC_TRANSPOSE,
+            XNodeKind::Clamp { .. } => CLAMP,
+            XNodeKind::Conv2d(_) => CONV_2D,
+            XNodeKind::Div { .. } => DIV,
+            XNodeKind::DepthwiseConv2d(_) => DEPTHWISE_CONV_2D,
+            XNodeKind::Multiply { .. } => MULTIPLY,
+            XNodeKind::Subtract { .. } => SUBTRACT,
+            XNodeKind::Convert { .. } => CONVERT,
+            XNodeKind::GlobalAvgPooling2d { .. } => GLOBAL_AVG_POOLING_2D,
+            XNodeKind::StaticReshape { .. } => STATIC_RESHAPE,
+            XNodeKind::Square { .. } => SQUARE,
+            XNodeKind::ReciprocalSquareRoot { .. } => RECIPROCAL_SQUARE_ROOT,
+            XNodeKind::Copy { .. } => COPY,
+            XNodeKind::StaticMean { .. } => STATIC_MEAN,
             XNodeKind::Other { type_id } => *type_id,
-            k => node_type_id(k.type_name()).expect("every named variant is in NODE_TYPE_NAMES"),
         }
     }
 
@@ -431,4 +470,60 @@ pub struct XnnGraph {
     /// The payload's constant-data region (weights), 16-byte aligned entries.
     #[serde(skip)]
     pub constant_bytes: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_ids_follow_the_union_order() {
+        let c = ConvNode {
+            padding_top: 0,
+            padding_right: 0,
+            padding_bottom: 0,
+            padding_left: 0,
+            kernel_height: 0,
+            kernel_width: 0,
+            subsampling_height: 0,
+            subsampling_width: 0,
+            dilation_height: 0,
+            dilation_width: 0,
+            group_input_channels: 0,
+            group_output_channels: 0,
+            groups: 0,
+            adjustment_height: 0,
+            adjustment_width: 0,
+            input1_id: 0,
+            filter_id: 0,
+            bias_id: 0,
+            output_id: 0,
+            flags: 0,
+        };
+        let (i, o, f) = (0, 0, 0);
+        let kinds = [
+            XNodeKind::Add { input1_id: i, input2_id: i, output_id: o, flags: f },
+            XNodeKind::Subtract { input1_id: i, input2_id: i, output_id: o, flags: f },
+            XNodeKind::Multiply { input1_id: i, input2_id: i, output_id: o, flags: f },
+            XNodeKind::Div { input1_id: i, input2_id: i, output_id: o, flags: f },
+            XNodeKind::FullyConnected { input1_id: i, filter_id: i, bias_id: i, output_id: o, flags: f },
+            XNodeKind::Clamp { input_id: i, output_id: o, flags: f },
+            XNodeKind::Square { input_id: i, output_id: o, flags: f },
+            XNodeKind::ReciprocalSquareRoot { input_id: i, output_id: o, flags: f },
+            XNodeKind::Convert { input_id: i, output_id: o, flags: f },
+            XNodeKind::Copy { input_id: i, output_id: o, flags: f },
+            XNodeKind::GlobalAvgPooling2d { input_id: i, output_id: o, flags: f },
+            XNodeKind::StaticTranspose { perm: vec![], input_id: i, output_id: o, flags: f },
+            XNodeKind::StaticReshape { new_shape: vec![], input_id: i, output_id: o, flags: f },
+            XNodeKind::Conv2d(c.clone()),
+            XNodeKind::DepthwiseConv2d(c),
+            XNodeKind::StaticMean { reduction_axes: vec![], input_id: i, output_id: o, flags: f },
+        ];
+        for k in &kinds {
+            assert_eq!(Some(k.type_id()), node_type_id(k.type_name()), "{}", k.type_name());
+        }
+        for id in 1..=NODE_TYPE_NAMES.len() as u8 {
+            assert_eq!(XNodeKind::Other { type_id: id }.type_id(), id);
+        }
+    }
 }
