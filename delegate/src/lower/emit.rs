@@ -16,6 +16,7 @@ use crate::xnn::{
 };
 use reference::graph::{mean_axes, normalize_dims, Graph, Op};
 use reference::{ElemType, MemoryFormat, Tensor, TensorData};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// How a constant is laid out in the payload.
@@ -96,20 +97,41 @@ fn mutant(_m: &str) -> bool {
     false
 }
 
-fn le_bytes(data: &TensorData) -> Vec<u8> {
-    match data {
-        TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        TensorData::Bf16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        TensorData::Qs8(v) => v.iter().map(|&x| x as u8).collect(),
+/// Appends the elements of `v` (logical row-major order) to `out` through `enc`: as they
+/// are, or, with `nhwc = Some([n, c, h, w])`, permuted from NCHW to NHWC order (what
+/// `Tensor::to_format(ChannelsLast)` computes, without building the permuted tensor).
+fn append<T: Copy, const B: usize>(out: &mut Vec<u8>, v: &[T], nhwc: Option<[usize; 4]>, enc: impl Fn(T) -> [u8; B]) {
+    out.reserve(v.len() * B);
+    match nhwc {
+        None => {
+            for &x in v {
+                out.extend_from_slice(&enc(x));
+            }
+        }
+        Some([n, c, h, w]) => {
+            for ni in 0..n {
+                for hi in 0..h {
+                    for wi in 0..w {
+                        for ci in 0..c {
+                            out.extend_from_slice(&enc(v[((ni * c + ci) * h + hi) * w + wi]));
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
-/// fp16 static weights are stored fp32 (ExecuTorch's `fp32_static_weights`).
-fn widen_f16(t: Tensor) -> Tensor {
-    match &t.data {
-        TensorData::F16(v) => Tensor { data: TensorData::F32(v.iter().map(|x| x.to_f32()).collect()), ..t },
-        _ => t,
+/// Appends the payload bytes of a constant's data (contiguous), little-endian: permuted to
+/// NHWC when `nhwc` gives its [N, C, H, W] sizes, fp16 widened to fp32 when `widen`
+/// (static weights are stored fp32, ExecuTorch's `fp32_static_weights`).
+fn append_data(out: &mut Vec<u8>, data: &TensorData, nhwc: Option<[usize; 4]>, widen: bool) {
+    match data {
+        TensorData::F32(v) => append(out, v, nhwc, |x| x.to_le_bytes()),
+        TensorData::F16(v) if widen => append(out, v, nhwc, |x| x.to_f32().to_le_bytes()),
+        TensorData::F16(v) => append(out, v, nhwc, |x| x.to_bits().to_le_bytes()),
+        TensorData::Bf16(v) => append(out, v, nhwc, |x| x.to_bits().to_le_bytes()),
+        TensorData::Qs8(v) => append(out, v, nhwc, |x| [x as u8]),
     }
 }
 
@@ -137,20 +159,24 @@ impl<'a> Emitter<'a> {
         (xdtype(spec.dtype), None)
     }
 
-    fn add_constant(&mut self, bytes: Vec<u8>) -> u32 {
+    /// Registers the constant whose bytes `write` appends, sharing the entry of an
+    /// identical earlier constant. The bytes are written in place (after padding the
+    /// region to 16) and dropped again, padding included, when an earlier entry has them.
+    fn add_constant(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
+        let before = self.xg.constant_bytes.len();
+        let start = before.next_multiple_of(16);
+        self.xg.constant_bytes.resize(start, 0);
+        write(&mut self.xg.constant_bytes);
+        let (all, bytes) = self.xg.constant_bytes.split_at(start);
         for (k, c) in self.xg.constant_data.iter().enumerate().skip(1) {
             let (o, s) = (c.offset as usize, c.size as usize);
-            if s == bytes.len() && self.xg.constant_bytes.get(o..o + s) == Some(&bytes[..]) {
+            if s == bytes.len() && all.get(o..o + s) == Some(bytes) {
+                self.xg.constant_bytes.truncate(before);
                 return k as u32;
             }
         }
-        while !self.xg.constant_bytes.len().is_multiple_of(16) {
-            self.xg.constant_bytes.push(0);
-        }
-        let offset = self.xg.constant_bytes.len() as u64;
         let size = bytes.len() as u64;
-        self.xg.constant_bytes.extend(bytes);
-        self.xg.constant_data.push(ConstantDataOffset { offset, size, named_key: None });
+        self.xg.constant_data.push(ConstantDataOffset { offset: start as u64, size, named_key: None });
         (self.xg.constant_data.len() - 1) as u32
     }
 
@@ -161,57 +187,64 @@ impl<'a> Emitter<'a> {
             return Ok(id);
         }
         let node = &self.pg.nodes[root];
-        let spec = node.spec.clone();
+        let spec = &node.spec;
         let (mut datatype, mut quant) = self.storage(root);
-        let logical: Vec<u32> = spec.max_shape().iter().map(|&d| d as u32).collect();
         let nhwc = self.tag_nhwc(root);
+        let dim = |k: usize| spec.shape[k].size as u32;
+        let rank = spec.rank();
         let dims: Vec<u32> = match role {
-            Role::Filter if logical.len() == 4 => PERM_NCHW_TO_NHWC.iter().map(|&p| logical[p as usize]).collect(),
-            Role::DwFilter if logical.len() == 4 => vec![1, logical[2], logical[3], logical[0]],
-            _ if logical.is_empty() => vec![1],
-            _ if nhwc => PERM_NCHW_TO_NHWC.iter().map(|&p| logical[p as usize]).collect(),
-            _ => logical.clone(),
+            Role::Filter if rank == 4 => PERM_NCHW_TO_NHWC.iter().map(|&p| dim(p as usize)).collect(),
+            Role::DwFilter if rank == 4 => vec![1, dim(2), dim(3), dim(0)],
+            _ if rank == 0 => vec![1],
+            _ if nhwc => PERM_NCHW_TO_NHWC.iter().map(|&p| dim(p as usize)).collect(),
+            _ => spec.shape.iter().map(|d| d.size as u32).collect(),
         };
         let mut constant_buffer_idx = 0;
         if let Kind::Param { node: c } = node.kind {
             let Op::Constant { tensor } = &self.g.nodes[c].op else {
                 return Err(LowerError::Internal { reason: format!("param {c} is not a constant") });
             };
-            let t = tensor.to_contiguous();
-            let bytes = match role {
+            // Logical (contiguous) data, copied only when the constant is stored otherwise.
+            let t: Cow<'_, Tensor> = match tensor.format {
+                MemoryFormat::Contiguous => Cow::Borrowed(tensor),
+                _ => Cow::Owned(tensor.to_contiguous()),
+            };
+            match role {
                 Role::QBias(scale) => {
                     datatype = XnnDatatype::Qint32;
                     quant = Some(XQuant::PerTensor { scale, zero_point: 0 });
                     let vals = t.values_f64();
-                    vals.iter()
-                        .flat_map(|&b| {
+                    constant_buffer_idx = self.add_constant(|out| {
+                        out.reserve(vals.len() * 4);
+                        for &b in &vals {
                             let q = (b / scale as f64).round_ties_even().clamp(i32::MIN as f64, i32::MAX as f64) as i32;
-                            q.to_le_bytes()
-                        })
-                        .collect()
+                            out.extend_from_slice(&q.to_le_bytes());
+                        }
+                    });
                 }
                 _ => {
-                    let mut t = if role.static_weight() { widen_f16(t) } else { t };
-                    if role.static_weight() && spec.dtype == ElemType::F16 {
+                    let widen = role.static_weight();
+                    if widen && spec.dtype == ElemType::F16 {
                         datatype = XnnDatatype::Fp32;
                     }
-                    let reorder = match role {
-                        Role::Filter => true,
-                        Role::DwFilter => {
-                            // Swapping N with the size-1 C keeps the element order.
-                            t.shape = vec![1, t.shape[0], t.shape[2], t.shape[3]];
-                            true
+                    let s = &t.shape;
+                    // The [N, C, H, W] sizes to permute to NHWC by, if the role reorders.
+                    let nchw = match role {
+                        Role::Filter | Role::Plain if s.len() == 4 && (role == Role::Filter || nhwc) => {
+                            Some([s[0], s[1], s[2], s[3]])
                         }
-                        Role::Plain => nhwc,
-                        _ => false,
+                        // Swapping N with the size-1 C keeps the element order.
+                        Role::DwFilter if s.len() == 4 => Some([1, s[0], s[2], s[3]]),
+                        _ => None,
                     };
-                    if reorder && t.rank() == 4 {
-                        t = t.to_format(MemoryFormat::ChannelsLast);
+                    if nchw.is_some_and(|d| d.iter().product::<usize>() != t.data.len()) {
+                        return Err(LowerError::Internal {
+                            reason: format!("constant {c}: {} elements for shape {s:?}", t.data.len()),
+                        });
                     }
-                    le_bytes(&t.data)
+                    constant_buffer_idx = self.add_constant(|out| append_data(out, &t.data, nchw, widen));
                 }
-            };
-            constant_buffer_idx = self.add_constant(bytes);
+            }
         }
         let (external_id, flags) = match node.kind {
             Kind::Placeholder { ext, .. } => (ext as u32, VALUE_FLAG_EXTERNAL_INPUT),

@@ -14,7 +14,6 @@ use crate::program::SlotId;
 use crate::LoweringMode;
 use reference::graph::{mean_axes, Graph, NodeId, Op, TensorSpec};
 use reference::{ElemType, MemoryFormat, QuantParams};
-use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
@@ -111,44 +110,45 @@ impl PGraph {
             num_inputs: 0,
             mode: plan.mode,
         };
-        let mut map: BTreeMap<NodeId, usize> = BTreeMap::new();
-        let member: std::collections::BTreeSet<NodeId> = p.nodes.iter().copied().collect();
+        // Graph node -> subgraph node, indexed by graph node id.
+        let mut map: Vec<Option<usize>> = vec![None; g.nodes.len()];
+        let mut member = vec![false; g.nodes.len()];
+        for &m in &p.nodes {
+            member[m] = true;
+        }
+        pg.nodes.reserve(p.nodes.len() + p.inputs.len() + 4);
         for &m in &p.nodes {
             for &i in &g.nodes[m].inputs {
-                if !member.contains(&i) && matches!(g.nodes[i].op, Op::Constant { .. }) && !map.contains_key(&i) {
+                if !member[i] && matches!(g.nodes[i].op, Op::Constant { .. }) && map[i].is_none() {
                     let k = pg.push(Kind::Param { node: i }, vec![], g.nodes[i].spec.clone(), 0);
                     pg.order.push(k);
-                    map.insert(i, k);
+                    map[i] = Some(k);
                 }
             }
         }
         for (ext, (&i, &slot)) in p.inputs.iter().zip(slots).enumerate() {
             let k = pg.push(Kind::Placeholder { ext, slot, node: i }, vec![], g.nodes[i].spec.clone(), 0);
             pg.order.push(k);
-            map.insert(i, k);
+            map[i] = Some(k);
         }
         pg.num_inputs = p.inputs.len();
         for &m in &p.nodes {
             let ins = g.nodes[m]
                 .inputs
                 .iter()
-                .map(|i| {
-                    map.get(i)
-                        .copied()
-                        .ok_or_else(|| LowerError::Internal { reason: format!("partition input {i} not mapped") })
+                .map(|&i| {
+                    map[i].ok_or_else(|| LowerError::Internal { reason: format!("partition input {i} not mapped") })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let k = pg.push(Kind::Op { node: m }, ins, g.nodes[m].spec.clone(), plan.debug_handle[m]);
             pg.nodes[k].implicit = plan.implicit[m];
             pg.order.push(k);
-            map.insert(m, k);
+            map[m] = Some(k);
         }
         pg.outputs = p
             .outputs
             .iter()
-            .map(|o| {
-                map.get(o).copied().ok_or_else(|| LowerError::Internal { reason: format!("output {o} not mapped") })
-            })
+            .map(|&o| map[o].ok_or_else(|| LowerError::Internal { reason: format!("output {o} not mapped") }))
             .collect::<Result<_, _>>()?;
         pg.out_nhwc = p.outputs.iter().map(|&o| eager_nhwc(&g.nodes[o].spec)).collect();
         pg.fuse_activations(g);
@@ -251,7 +251,7 @@ impl PGraph {
 
     /// Distinct input nodes (`all_input_nodes`).
     pub fn input_nodes(&self, i: usize) -> Vec<usize> {
-        let mut v = Vec::new();
+        let mut v = Vec::with_capacity(self.nodes[i].inputs.len());
         for &x in &self.nodes[i].inputs {
             if !v.contains(&x) {
                 v.push(x);
@@ -589,8 +589,15 @@ fn repair_rewired_inputs(pg: &mut PGraph, g: &Graph) -> Result<(), LowerError> {
             _ => (Some(pg.nodes[i].tag == Some(true)), false),
         };
         let Some(want) = want else { continue };
-        let inputs = if first_only { vec![pg.nodes[i].inputs[0]] } else { pg.input_nodes(i) };
-        for x in inputs {
+        let first = [pg.nodes[i].inputs[0]];
+        let all;
+        let inputs: &[usize] = if first_only {
+            &first
+        } else {
+            all = pg.input_nodes(i);
+            &all
+        };
+        for &x in inputs {
             if pg.actual_nhwc(x, g) != want && !(pg.is_param(x) && !want && pg.nodes[x].spec.rank() != 4) {
                 repair_convert(pg, g, x, Target::Node(i), want)?;
             }
@@ -601,10 +608,11 @@ fn repair_rewired_inputs(pg: &mut PGraph, g: &Graph) -> Result<(), LowerError> {
 
 fn converge(pg: &mut PGraph, g: &Graph, i: usize, recheck: bool) -> Result<(), LowerError> {
     let ins = pg.input_nodes(i);
-    let flags: Vec<bool> = ins.iter().map(|&x| pg.is_nhwc(x, g)).collect();
-    if flags.iter().all(|&f| f) {
+    let all_nhwc = ins.iter().all(|&x| pg.is_nhwc(x, g));
+    let any_nhwc = ins.iter().any(|&x| pg.is_nhwc(x, g));
+    if all_nhwc {
         pg.nodes[i].tag = Some(true);
-    } else if flags.iter().any(|&f| f) {
+    } else if any_nhwc {
         if ins.iter().all(|&x| pg.can_be_nhwc(x, g)) {
             for &x in &ins {
                 input_to_nhwc(pg, g, x, Target::Node(i))?;

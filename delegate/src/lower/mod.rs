@@ -14,7 +14,6 @@ use crate::program::{DelegateSegment, LoweredProgram, PortableOp, SlotId, Step};
 use crate::LoweringMode;
 use reference::graph::{GraphError, NodeId, Op, TensorSpec};
 use reference::Graph;
-use std::collections::BTreeMap;
 
 /// What [`lower_with`] needs beyond the graph.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -70,7 +69,7 @@ pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, LowerE
 pub fn lower_with(graph: &Graph, opts: &LowerOptions) -> Result<LoweredProgram, LowerError> {
     graph.validate()?;
     let plan = partition::plan(graph, opts);
-    let mut b = Builder { graph, slots: Vec::new(), constants: Vec::new(), slot_of: BTreeMap::new() };
+    let mut b = Builder { graph, slots: Vec::new(), constants: Vec::new(), slot_of: vec![None; graph.nodes.len()] };
 
     let inputs: Vec<SlotId> = graph.inputs.iter().map(|&i| b.slot_for(i)).collect();
     let mut steps = Vec::new();
@@ -117,26 +116,27 @@ struct Builder<'g> {
     graph: &'g Graph,
     slots: Vec<TensorSpec>,
     constants: Vec<(SlotId, reference::Tensor)>,
-    slot_of: BTreeMap<NodeId, SlotId>,
+    /// The slot of each graph node that has one, indexed by node id.
+    slot_of: Vec<Option<SlotId>>,
 }
 
 impl Builder<'_> {
     /// The slot of `node`, created on first request. A hand-off slot has the node's own
     /// spec: a delegate writes an NHWC output exactly when that spec is channels_last.
     fn slot_for(&mut self, node: NodeId) -> SlotId {
-        if let Some(&s) = self.slot_of.get(&node) {
+        if let Some(s) = self.slot_of[node] {
             return s;
         }
         let id = self.slots.len();
         self.slots.push(self.graph.nodes[node].spec.clone());
-        self.slot_of.insert(node, id);
+        self.slot_of[node] = Some(id);
         id
     }
 
     /// The slot of a value an earlier step (or the caller) already provides; constants
     /// get theirs on demand.
     fn existing_slot(&mut self, node: NodeId) -> Result<SlotId, LowerError> {
-        if let Some(&s) = self.slot_of.get(&node) {
+        if let Some(&Some(s)) = self.slot_of.get(node) {
             return Ok(s);
         }
         if let Some(Op::Constant { tensor }) = self.graph.nodes.get(node).map(|n| &n.op) {

@@ -276,7 +276,7 @@ pub fn takes_fused_activation(op: &Op) -> bool {
 /// The nodes after a group anchor up to its quantize: `[q]`, or `[activation, q]` when a
 /// fuseable activation sits between (the static-quant config looks past it).
 fn quant_output(g: &Graph, u: &Users, id: NodeId) -> Option<Vec<NodeId>> {
-    let single = |x: NodeId| (!u.is_output[x] && u.users[x].len() == 1).then(|| u.users[x][0]);
+    let single = |x: NodeId| (!u.is_output[x] && u.of(x).len() == 1).then(|| u.of(x)[0]);
     let next = single(id)?;
     if matches!(g.nodes[next].op, Op::Quantize(_)) {
         return Some(vec![next]);
@@ -312,25 +312,49 @@ fn keeps_qparams(g: &Graph, u: &Users, id: NodeId) -> bool {
 }
 
 struct Users {
-    users: Vec<Vec<NodeId>>,
+    /// `list[start[x]..start[x + 1]]` are the distinct nodes reading `x`, ascending (one
+    /// flat list rather than a vector per node: this runs for every lowering).
+    start: Vec<usize>,
+    list: Vec<NodeId>,
     is_output: Vec<bool>,
 }
 
+impl Users {
+    fn of(&self, x: NodeId) -> &[NodeId] {
+        &self.list[self.start[x]..self.start[x + 1]]
+    }
+}
+
+/// The distinct values `ins` reads, in order: each (reader, value) pair counts once, even
+/// when the reader takes the value twice.
+fn distinct(ins: &[NodeId]) -> impl Iterator<Item = NodeId> + '_ {
+    ins.iter().enumerate().filter(move |&(k, i)| !ins[..k].contains(i)).map(|(_, &i)| i)
+}
+
 fn users(g: &Graph) -> Users {
-    let mut users = vec![Vec::new(); g.nodes.len()];
-    for (id, n) in g.nodes.iter().enumerate() {
-        let mut seen = BTreeSet::new();
-        for &i in &n.inputs {
-            if seen.insert(i) {
-                users[i].push(id);
-            }
+    let n = g.nodes.len();
+    let mut start = vec![0usize; n + 1];
+    for node in &g.nodes {
+        for i in distinct(&node.inputs) {
+            start[i + 1] += 1;
         }
     }
-    let mut is_output = vec![false; g.nodes.len()];
+    for x in 0..n {
+        start[x + 1] += start[x];
+    }
+    let mut fill = start.clone();
+    let mut list = vec![0; start[n]];
+    for (id, node) in g.nodes.iter().enumerate() {
+        for i in distinct(&node.inputs) {
+            list[fill[i]] = id;
+            fill[i] += 1;
+        }
+    }
+    let mut is_output = vec![false; n];
     for &o in &g.outputs {
         is_output[o] = true;
     }
-    Users { users, is_output }
+    Users { start, list, is_output }
 }
 
 /// Inputs of a group anchor that must be dequantize nodes (a constant bias may stay fp32).
@@ -396,7 +420,7 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
                     continue;
                 }
                 let dqs = dq_inputs(g, id).unwrap_or_default();
-                let ok = dqs.iter().all(|&d| !u.is_output[d] && u.users[d].iter().all(|&x| anchor[x]));
+                let ok = dqs.iter().all(|&d| !u.is_output[d] && u.of(d).iter().all(|&x| anchor[x]));
                 if !ok {
                     anchor[id] = false;
                     changed = true;
@@ -460,18 +484,25 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
         }
     }
 
-    let units = order_units(g, &u, parts, &claimed, &reason);
+    let units = order_units(g, &u, parts, &claimed, reason);
     Plan { units, implicit, debug_handle, mode: opts.mode }
 }
 
+/// Scratch buffers of the cycle check, reused across the merges of one graph.
+struct CycleScratch {
+    mask: Vec<bool>,
+    seen: Vec<bool>,
+    queue: VecDeque<NodeId>,
+}
+
 /// Whether the node set `m` (a mask) has a path that leaves it and comes back.
-fn has_cycle(u: &Users, m: &[bool]) -> bool {
+fn has_cycle(u: &Users, m: &[bool], seen: &mut [bool], q: &mut VecDeque<NodeId>) -> bool {
     let n = m.len();
-    let mut seen = vec![false; n];
-    let mut q = VecDeque::new();
+    seen.fill(false);
+    q.clear();
     for id in 0..n {
         if m[id] {
-            for &x in &u.users[id] {
+            for &x in u.of(id) {
                 if !m[x] && !seen[x] {
                     seen[x] = true;
                     q.push_back(x);
@@ -480,7 +511,7 @@ fn has_cycle(u: &Users, m: &[bool]) -> bool {
         }
     }
     while let Some(x) = q.pop_front() {
-        for &y in &u.users[x] {
+        for &y in u.of(x) {
             if m[y] {
                 return true;
             }
@@ -499,15 +530,21 @@ fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>
     let n = g.nodes.len();
     let mut part: Vec<Option<usize>> = vec![None; n];
     let mut members: Vec<Vec<NodeId>> = Vec::new();
-    let try_merge = |part: &mut Vec<Option<usize>>, members: &mut Vec<Vec<NodeId>>, a: usize, b: usize| -> bool {
+    let mut scratch = CycleScratch { mask: vec![false; n], seen: vec![false; n], queue: VecDeque::new() };
+    let try_merge = |part: &mut Vec<Option<usize>>,
+                     members: &mut Vec<Vec<NodeId>>,
+                     s: &mut CycleScratch,
+                     a: usize,
+                     b: usize|
+     -> bool {
         if a == b {
             return true;
         }
-        let mut mask = vec![false; n];
+        s.mask.fill(false);
         for &x in members[a].iter().chain(&members[b]) {
-            mask[x] = true;
+            s.mask[x] = true;
         }
-        if has_cycle(u, &mask) {
+        if has_cycle(u, &s.mask, &mut s.seen, &mut s.queue) {
             return false;
         }
         let moved = std::mem::take(&mut members[b]);
@@ -528,7 +565,7 @@ fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>
         let anchor = anchor.unwrap_or(grp[0]);
         for &m in grp {
             let (Some(a), Some(b)) = (part[anchor], part[m]) else { return Err(anchor) };
-            if !try_merge(&mut part, &mut members, a, b) {
+            if !try_merge(&mut part, &mut members, &mut scratch, a, b) {
                 return Err(anchor);
             }
         }
@@ -537,13 +574,14 @@ fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>
         if !claimed[id] {
             continue;
         }
-        let mut seen = BTreeSet::new();
-        for &i in &g.nodes[id].inputs {
-            if !claimed[i] || !seen.insert(i) {
+        let inputs = &g.nodes[id].inputs;
+        for (k, &i) in inputs.iter().enumerate() {
+            // Each distinct claimed input once.
+            if !claimed[i] || inputs[..k].contains(&i) {
                 continue;
             }
             if let (Some(a), Some(b)) = (part[i], part[id]) {
-                try_merge(&mut part, &mut members, a, b);
+                try_merge(&mut part, &mut members, &mut scratch, a, b);
             }
         }
     }
@@ -561,50 +599,56 @@ fn order_units(
     u: &Users,
     parts: Vec<Vec<NodeId>>,
     claimed: &[bool],
-    reason: &[Option<String>],
+    mut reason: Vec<Option<String>>,
 ) -> Vec<Unit> {
     let n = g.nodes.len();
     let mut unit_of: Vec<Option<usize>> = vec![None; n];
     let mut units: Vec<(NodeId, Unit)> = Vec::new();
+    let mut in_part = vec![false; n];
     for members in parts {
-        let set: BTreeSet<NodeId> = members.iter().copied().collect();
+        for &m in &members {
+            in_part[m] = true;
+        }
         let mut inputs = Vec::new();
         for &m in &members {
             for &i in &g.nodes[m].inputs {
-                if !set.contains(&i) && !is_const(g, i) && !inputs.contains(&i) {
+                if !in_part[i] && !is_const(g, i) && !inputs.contains(&i) {
                     inputs.push(i);
                 }
             }
         }
-        let outputs: Vec<NodeId> = members
-            .iter()
-            .copied()
-            .filter(|&m| u.is_output[m] || u.users[m].iter().any(|x| !set.contains(x)))
-            .collect();
+        let outputs: Vec<NodeId> =
+            members.iter().copied().filter(|&m| u.is_output[m] || u.of(m).iter().any(|&x| !in_part[x])).collect();
         let k = units.len();
         for &m in &members {
             unit_of[m] = Some(k);
+            in_part[m] = false;
         }
         units.push((members[0], Unit::Delegate(Partition { nodes: members, inputs, outputs })));
     }
     for id in 0..n {
         if is_op(&g.nodes[id].op) && !claimed[id] {
             unit_of[id] = Some(units.len());
-            let r = reason[id].clone().unwrap_or_else(|| "not claimed".into());
+            let r = reason[id].take().unwrap_or_else(|| "not claimed".into());
             units.push((id, Unit::Portable { node: id, reason: r }));
         }
     }
     let m = units.len();
-    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); m];
+    // Each unit's distinct producer units, ascending.
+    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); m];
     for id in 0..n {
         let Some(k) = unit_of[id] else { continue };
         for &i in &g.nodes[id].inputs {
             if let Some(j) = unit_of[i] {
                 if j != k {
-                    deps[k].insert(j);
+                    deps[k].push(j);
                 }
             }
         }
+    }
+    for d in &mut deps {
+        d.sort_unstable();
+        d.dedup();
     }
     let mut indeg: Vec<usize> = deps.iter().map(|d| d.len()).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); m];
@@ -615,10 +659,11 @@ fn order_units(
     }
     let mut ready: BTreeSet<(NodeId, usize)> = (0..m).filter(|&k| indeg[k] == 0).map(|k| (units[k].0, k)).collect();
     let mut order = Vec::with_capacity(m);
-    while let Some(&first) = ready.iter().next() {
-        ready.remove(&first);
+    let mut placed = vec![false; m];
+    while let Some(first) = ready.pop_first() {
         let k = first.1;
         order.push(k);
+        placed[k] = true;
         for &d in &dependents[k] {
             indeg[d] -= 1;
             if indeg[d] == 0 {
@@ -629,7 +674,7 @@ fn order_units(
     // Partitions are cycle-free, so every unit is ordered; keep any leftover (defensive)
     // in index order rather than dropping it.
     for k in 0..m {
-        if !order.contains(&k) {
+        if !placed[k] {
             order.push(k);
         }
     }

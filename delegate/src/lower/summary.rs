@@ -12,7 +12,13 @@ pub fn summarize(p: &LoweredProgram) -> Summary {
                 s.delegates += 1;
                 for n in &d.graph.nodes {
                     let name = n.kind.type_name();
-                    *s.node_counts.entry(name.to_string()).or_insert(0) += 1;
+                    // The key is allocated once per node type, not once per node.
+                    match s.node_counts.get_mut(name) {
+                        Some(c) => *c += 1,
+                        None => {
+                            s.node_counts.insert(name.to_string(), 1);
+                        }
+                    }
                 }
             }
             Step::Portable(op) => {
