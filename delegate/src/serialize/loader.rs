@@ -12,8 +12,6 @@
 //! Nothing is allocated from an unchecked size field: every vector built here is bounded by
 //! a verified flatbuffer vector (so by the input length) or by a checked limit.
 
-use std::collections::BTreeSet;
-
 use super::fb;
 use super::header::XnnHeader;
 use crate::xnn::{
@@ -385,7 +383,8 @@ fn check_values(
     limits: &LoadLimits,
 ) -> Result<ValueInfo, LoadError> {
     let mut by_id = vec![usize::MAX; values.len()];
-    let mut externs = BTreeSet::new();
+    // Which external ids are taken; `num_externs` is at most MAX_EXTERNS here.
+    let mut externs = vec![false; num_externs as usize];
     let mut total: u64 = 0;
     for (i, v) in values.iter().enumerate() {
         // Ids: a permutation of 0..len, as ExecuTorch assigns them (id_out = position).
@@ -419,7 +418,7 @@ fn check_values(
             if v.external_id >= num_externs {
                 return Err(ext("is not below num_externs"));
             }
-            if !externs.insert(v.external_id) {
+            if std::mem::replace(&mut externs[v.external_id as usize], true) {
                 return Err(ext("is used by two values"));
             }
         } else if v.flags != 0 {
@@ -545,55 +544,55 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
             flags: c.flags(),
         })
     };
-    let name = node_type_name(type_id).unwrap_or("");
+    use crate::xnn::node_type as nt;
     let kind =
-        match name {
-            "XNNAdd" => n2(xn.xnode_union_as_xnnadd()).map(|(input1_id, input2_id, output_id, flags)| Add {
+        match type_id {
+            nt::ADD => n2(xn.xnode_union_as_xnnadd()).map(|(input1_id, input2_id, output_id, flags)| Add {
                 input1_id,
                 input2_id,
                 output_id,
                 flags,
             }),
-            "XNNSubtract" => n2(xn.xnode_union_as_xnnsubtract())
+            nt::SUBTRACT => n2(xn.xnode_union_as_xnnsubtract())
                 .map(|(input1_id, input2_id, output_id, flags)| Subtract { input1_id, input2_id, output_id, flags }),
-            "XNNMultiply" => n2(xn.xnode_union_as_xnnmultiply())
+            nt::MULTIPLY => n2(xn.xnode_union_as_xnnmultiply())
                 .map(|(input1_id, input2_id, output_id, flags)| Multiply { input1_id, input2_id, output_id, flags }),
-            "XNNDiv" => n2(xn.xnode_union_as_xnndiv()).map(|(input1_id, input2_id, output_id, flags)| Div {
+            nt::DIV => n2(xn.xnode_union_as_xnndiv()).map(|(input1_id, input2_id, output_id, flags)| Div {
                 input1_id,
                 input2_id,
                 output_id,
                 flags,
             }),
-            "XNNFullyConnected" => xn.xnode_union_as_xnnfully_connected().map(|t| FullyConnected {
+            nt::FULLY_CONNECTED => xn.xnode_union_as_xnnfully_connected().map(|t| FullyConnected {
                 input1_id: t.input1_id(),
                 filter_id: t.filter_id(),
                 bias_id: t.bias_id(),
                 output_id: t.output_id(),
                 flags: t.flags(),
             }),
-            "XNNClamp" => n1(xn.xnode_union_as_xnnclamp()).map(|(input_id, output_id, flags)| Clamp {
+            nt::CLAMP => n1(xn.xnode_union_as_xnnclamp()).map(|(input_id, output_id, flags)| Clamp {
                 input_id,
                 output_id,
                 flags,
             }),
-            "XNNSquare" => n1(xn.xnode_union_as_xnnsquare()).map(|(input_id, output_id, flags)| Square {
+            nt::SQUARE => n1(xn.xnode_union_as_xnnsquare()).map(|(input_id, output_id, flags)| Square {
                 input_id,
                 output_id,
                 flags,
             }),
-            "XNNReciprocalSquareRoot" => n1(xn.xnode_union_as_xnnreciprocal_square_root())
+            nt::RECIPROCAL_SQUARE_ROOT => n1(xn.xnode_union_as_xnnreciprocal_square_root())
                 .map(|(input_id, output_id, flags)| ReciprocalSquareRoot { input_id, output_id, flags }),
-            "XNNConvert" => n1(xn.xnode_union_as_xnnconvert()).map(|(input_id, output_id, flags)| Convert {
+            nt::CONVERT => n1(xn.xnode_union_as_xnnconvert()).map(|(input_id, output_id, flags)| Convert {
                 input_id,
                 output_id,
                 flags,
             }),
-            "XNNCopy" => {
+            nt::COPY => {
                 n1(xn.xnode_union_as_xnncopy()).map(|(input_id, output_id, flags)| Copy { input_id, output_id, flags })
             }
-            "XNNGlobalAvgPooling2d" => n1(xn.xnode_union_as_xnnglobal_avg_pooling_2d())
+            nt::GLOBAL_AVG_POOLING_2D => n1(xn.xnode_union_as_xnnglobal_avg_pooling_2d())
                 .map(|(input_id, output_id, flags)| GlobalAvgPooling2d { input_id, output_id, flags }),
-            "XNNStaticTranspose" => match xn.xnode_union_as_xnnstatic_transpose() {
+            nt::STATIC_TRANSPOSE => match xn.xnode_union_as_xnnstatic_transpose() {
                 Some(t) => {
                     let perm = t.perm().ok_or(missing("XNNStaticTranspose", "perm", i))?;
                     if perm.len() > MAX_DIMS || perm.len() != t.num_dims() as usize {
@@ -613,7 +612,7 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
                 }
                 None => None,
             },
-            "XNNStaticReshape" => match xn.xnode_union_as_xnnstatic_reshape() {
+            nt::STATIC_RESHAPE => match xn.xnode_union_as_xnnstatic_reshape() {
                 Some(t) => {
                     let shape = t.new_shape().ok_or(missing("XNNStaticReshape", "new_shape", i))?;
                     if shape.len() > MAX_DIMS || shape.len() != t.num_dims() as usize {
@@ -633,7 +632,7 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
                 }
                 None => None,
             },
-            "XNNStaticMean" => match xn.xnode_union_as_xnnstatic_mean() {
+            nt::STATIC_MEAN => match xn.xnode_union_as_xnnstatic_mean() {
                 Some(t) => {
                     let axes = t.reduction_axes().ok_or(missing("_XNNStaticReduce", "reduction_axes", i))?;
                     if axes.len() > MAX_DIMS || axes.len() != t.num_reduction_axes() as usize {
@@ -653,8 +652,8 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
                 }
                 None => None,
             },
-            "XNNConv2d" => conv(xn.xnode_union_as_xnnconv_2d()).map(Conv2d),
-            "XNNDepthwiseConv2d" => conv(xn.xnode_union_as_xnndepthwise_conv_2d()).map(DepthwiseConv2d),
+            nt::CONV_2D => conv(xn.xnode_union_as_xnnconv_2d()).map(Conv2d),
+            nt::DEPTHWISE_CONV_2D => conv(xn.xnode_union_as_xnndepthwise_conv_2d()).map(DepthwiseConv2d),
             _ => Some(Other { type_id }),
         };
     let kind = kind.ok_or(missing("XNode", "xnode_union", i))?;
@@ -673,7 +672,32 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
     Ok(XNode { kind, debug_handle: xn.debug_handle(), output_min_max })
 }
 
-type Ids = Vec<(&'static str, u32)>;
+/// A node's reads or writes: (schema field name, value id), at most five (the most any
+/// member has), kept inline because every node of every payload builds two.
+#[derive(Clone, Copy, Default)]
+struct Ids {
+    len: usize,
+    items: [(&'static str, u32); 5],
+}
+
+impl Ids {
+    fn of(items: &[(&'static str, u32)]) -> Ids {
+        let mut ids = Ids::default();
+        for &(f, id) in items {
+            ids.push(f, id);
+        }
+        ids
+    }
+
+    fn push(&mut self, field: &'static str, id: u32) {
+        self.items[self.len] = (field, id);
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[(&'static str, u32)] {
+        &self.items[..self.len]
+    }
+}
 
 /// (reads, writes) of a node, with the schema's field names; optional ids
 /// (`XNN_INVALID_VALUE_ID`) are left out.
@@ -681,7 +705,7 @@ fn node_io(kind: &XNodeKind, xn: fb::XNode<'_>) -> (Ids, Ids) {
     use XNodeKind::*;
     let opt = |v: &mut Ids, f: &'static str, id: u32| {
         if id != INVALID_VALUE_ID {
-            v.push((f, id))
+            v.push(f, id)
         }
     };
     match kind {
@@ -689,12 +713,12 @@ fn node_io(kind: &XNodeKind, xn: fb::XNode<'_>) -> (Ids, Ids) {
         | Subtract { input1_id, input2_id, output_id, .. }
         | Multiply { input1_id, input2_id, output_id, .. }
         | Div { input1_id, input2_id, output_id, .. } => {
-            (vec![("input1_id", *input1_id), ("input2_id", *input2_id)], vec![("output_id", *output_id)])
+            (Ids::of(&[("input1_id", *input1_id), ("input2_id", *input2_id)]), Ids::of(&[("output_id", *output_id)]))
         }
         FullyConnected { input1_id, filter_id, bias_id, output_id, .. } => {
-            let mut r = vec![("input1_id", *input1_id), ("filter_id", *filter_id)];
+            let mut r = Ids::of(&[("input1_id", *input1_id), ("filter_id", *filter_id)]);
             opt(&mut r, "bias_id", *bias_id);
-            (r, vec![("output_id", *output_id)])
+            (r, Ids::of(&[("output_id", *output_id)]))
         }
         Clamp { input_id, output_id, .. }
         | Square { input_id, output_id, .. }
@@ -704,11 +728,13 @@ fn node_io(kind: &XNodeKind, xn: fb::XNode<'_>) -> (Ids, Ids) {
         | GlobalAvgPooling2d { input_id, output_id, .. }
         | StaticTranspose { input_id, output_id, .. }
         | StaticReshape { input_id, output_id, .. }
-        | StaticMean { input_id, output_id, .. } => (vec![("input_id", *input_id)], vec![("output_id", *output_id)]),
+        | StaticMean { input_id, output_id, .. } => {
+            (Ids::of(&[("input_id", *input_id)]), Ids::of(&[("output_id", *output_id)]))
+        }
         Conv2d(c) | DepthwiseConv2d(c) => {
-            let mut r = vec![("input1_id", c.input1_id), ("filter_id", c.filter_id)];
+            let mut r = Ids::of(&[("input1_id", c.input1_id), ("filter_id", c.filter_id)]);
             opt(&mut r, "bias_id", c.bias_id);
-            (r, vec![("output_id", c.output_id)])
+            (r, Ids::of(&[("output_id", c.output_id)]))
         }
         Other { .. } => other_io(xn),
     }
@@ -717,15 +743,18 @@ fn node_io(kind: &XNodeKind, xn: fb::XNode<'_>) -> (Ids, Ids) {
 /// Reads and writes of the union members kept as `Other`, from their schema tables.
 fn other_io(xn: fb::XNode<'_>) -> (Ids, Ids) {
     let one = |t: Option<fb::_XNNNode1x1<'_>>| {
-        t.map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())]))
+        t.map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())])))
     };
     let two = |t: Option<fb::_XNNNode2x1<'_>>| {
         t.map(|t| {
-            (vec![("input1_id", t.input1_id()), ("input2_id", t.input2_id())], vec![("output_id", t.output_id())])
+            (
+                Ids::of(&[("input1_id", t.input1_id()), ("input2_id", t.input2_id())]),
+                Ids::of(&[("output_id", t.output_id())]),
+            )
         })
     };
     let pool = |t: Option<fb::_XNNPooling2D<'_>>| {
-        t.map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())]))
+        t.map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())])))
     };
     let cat = |t: Option<fb::_XNNCat<'_>>, n: usize| {
         t.map(|t| {
@@ -736,16 +765,16 @@ fn other_io(xn: fb::XNode<'_>) -> (Ids, Ids) {
                 ("input4_id", t.input4_id()),
                 ("input5_id", t.input5_id()),
             ];
-            (all[..n].to_vec(), vec![("output_id", t.output_id())])
+            (Ids::of(&all[..n]), Ids::of(&[("output_id", t.output_id())]))
         })
     };
     let conv = |t: Option<fb::_XNNNodeConv<'_>>| {
         t.map(|c| {
-            let mut r = vec![("input1_id", c.input1_id()), ("filter_id", c.filter_id())];
+            let mut r = Ids::of(&[("input1_id", c.input1_id()), ("filter_id", c.filter_id())]);
             if c.bias_id() != INVALID_VALUE_ID {
-                r.push(("bias_id", c.bias_id()));
+                r.push("bias_id", c.bias_id());
             }
-            (r, vec![("output_id", c.output_id())])
+            (r, Ids::of(&[("output_id", c.output_id())]))
         })
     };
     let io = match node_type_name(xn.xnode_union_type().0).unwrap_or("") {
@@ -776,36 +805,36 @@ fn other_io(xn: fb::XNode<'_>) -> (Ids, Ids) {
         "XNNConvTranspose2d" => conv(xn.xnode_union_as_xnnconv_transpose_2d()),
         "XNNStaticResizeBilinear2D" => xn
             .xnode_union_as_xnnstatic_resize_bilinear_2_d()
-            .map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())])),
+            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
         "XNNStaticConstantPad" => xn
             .xnode_union_as_xnnstatic_constant_pad()
-            .map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())])),
+            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
         "XNNStaticSlice" => xn
             .xnode_union_as_xnnstatic_slice()
-            .map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())])),
+            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
         "XNNLeakyReLU" => xn
             .xnode_union_as_xnnleaky_re_lu()
-            .map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())])),
-        "XNNELU" => {
-            xn.xnode_union_as_xnnelu().map(|t| (vec![("input_id", t.input_id())], vec![("output_id", t.output_id())]))
-        }
+            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
+        "XNNELU" => xn
+            .xnode_union_as_xnnelu()
+            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
         "XNNArgMaxPooling2d" => xn.xnode_union_as_xnnarg_max_pooling_2d().map(|t| {
             (
-                vec![("input_id", t.input_id())],
-                vec![("output_value_id", t.output_value_id()), ("output_index_id", t.output_index_id())],
+                Ids::of(&[("input_id", t.input_id())]),
+                Ids::of(&[("output_value_id", t.output_value_id()), ("output_index_id", t.output_index_id())]),
             )
         }),
         "XNNScaledDotProductAttention" => xn.xnode_union_as_xnnscaled_dot_product_attention().map(|t| {
-            let mut r = vec![
+            let mut r = Ids::of(&[
                 ("query_id", t.query_id()),
                 ("key_id", t.key_id()),
                 ("value_id", t.value_id()),
                 ("scale_id", t.scale_id()),
-            ];
+            ]);
             if t.mask_id() != INVALID_VALUE_ID {
-                r.push(("mask_id", t.mask_id()));
+                r.push("mask_id", t.mask_id());
             }
-            (r, vec![("output_id", t.output_id())])
+            (r, Ids::of(&[("output_id", t.output_id())]))
         }),
         _ => None,
     };
@@ -845,13 +874,13 @@ fn check_node(
     let val = |field: &'static str, id: u32| -> Result<usize, LoadError> {
         info.index_of(id).ok_or(LoadError::UndefinedId { node: i, node_type, field, id })
     };
-    for &(field, id) in &reads {
+    for &(field, id) in reads.as_slice() {
         let vi = val(field, id)?;
         if !flow.ready[vi] {
             return Err(LoadError::UseBeforeDef { node: i, node_type, field, id });
         }
     }
-    for &(field, id) in &writes {
+    for &(field, id) in writes.as_slice() {
         let vi = val(field, id)?;
         if flow.ready[vi] {
             return Err(LoadError::Redefined { node: i, node_type, field, id });
