@@ -18,10 +18,16 @@ enum ExecStep {
     Portable(PortableOp),
 }
 
+#[derive(Default)]
 struct RunState {
     segments: Vec<SegmentState>,
     scratch: Scratch,
 }
+
+/// Run-time buffers kept for the next configuration of the same loaded program (see
+/// `Loaded::spare`): a few are enough for the harness, which drops each configuration after
+/// its runs; the bound keeps many programs alive at once from parking buffers forever.
+const MAX_SPARE_STATES: usize = 4;
 
 /// What loading and planning produced: read-only, shared by every configuration of a program.
 struct Loaded {
@@ -36,6 +42,10 @@ struct Loaded {
     loaded: Vec<XnnGraph>,
     /// Per slot: index of the last step reading it (`usize::MAX` for program outputs).
     last_use: Vec<usize>,
+    /// Run-time buffers (intermediate blocks, scratch) of dropped configurations: the next
+    /// `reconfigure` takes one instead of allocating and zeroing its own (the harness runs
+    /// each program in several configurations, one after the other).
+    spare: Mutex<Vec<RunState>>,
 }
 
 /// An executable program. `run` takes `&self`; concurrent calls are serialized.
@@ -94,6 +104,20 @@ fn view_of(t: &Tensor) -> View<'_> {
         TensorData::F16(v) => View::F16(v),
         TensorData::Bf16(v) => View::Bf16(v),
         TensorData::Qs8(v) => View::I8(v),
+    }
+}
+
+impl Drop for Program {
+    /// Hands the run-time buffers to the next configuration of the same loaded program. A
+    /// poisoned state (a kernel panicked mid-run, a block may be missing) is dropped instead.
+    fn drop(&mut self) {
+        if let Ok(state) = self.state.get_mut() {
+            let state = std::mem::take(state);
+            let mut spare = self.l.spare.lock().unwrap_or_else(|e| e.into_inner());
+            if spare.len() < MAX_SPARE_STATES {
+                spare.push(state);
+            }
+        }
     }
 }
 
@@ -193,20 +217,25 @@ impl Program {
             payloads,
             loaded: loaded_graphs,
             last_use,
+            spare: Mutex::new(Vec::new()),
         };
         Ok(Program::assemble(Arc::new(l), isa, opts, pool))
     }
 
     fn assemble(l: Arc<Loaded>, isa: Isa, opts: RunOptions, pool: Arc<Pool>) -> Program {
-        let segments = l
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
-                _ => None,
-            })
-            .collect();
-        Program { l, pool, isa, opts, state: Mutex::new(RunState { segments, scratch: Scratch::default() }) }
+        let spare = l.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let state = spare.unwrap_or_else(|| {
+            let segments = l
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
+                    _ => None,
+                })
+                .collect();
+            RunState { segments, scratch: Scratch::default() }
+        });
+        Program { l, pool, isa, opts, state: Mutex::new(state) }
     }
 
     /// The same loaded program at another SIMD level and pool, without serializing, loading
@@ -373,5 +402,36 @@ impl Program {
             (_, d) => return Err(err(format!("slot {s}: segment output type differs from {d}"))),
         };
         Ok(Tensor { shape, format: spec.format, quant: spec.quant, data })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::ThreadPolicy;
+    use crate::{lower, LoweringMode};
+    use reference::graph::GraphBuilder;
+
+    #[test]
+    fn a_dropped_configuration_hands_its_buffers_to_the_next() {
+        let g = GraphBuilder::new();
+        let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
+        let y = g.mean(g.square(x), &[2], true);
+        let graph = g.finish(&[y]).unwrap();
+        let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+        let p = Program::new(&lowered, &RunOptions::default()).unwrap();
+        let x = Tensor::f32(&[2, 3, 4], (0..24).map(|i| i as f32 * 0.25 - 3.0).collect());
+        let want = p.run(std::slice::from_ref(&x)).unwrap();
+        let spare = || p.l.spare.lock().unwrap().len();
+        let pool = Arc::new(Pool::new(2, ThreadPolicy::PerOutputTasks).unwrap());
+        let q = p.reconfigure(SimdLevel::Auto, pool.clone()).unwrap();
+        assert_eq!(spare(), 0);
+        assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
+        drop(q);
+        assert_eq!(spare(), 1);
+        // The next configuration takes those buffers (blocks holding the last run's values).
+        let r = p.reconfigure(SimdLevel::Auto, pool).unwrap();
+        assert_eq!(spare(), 0);
+        assert_eq!(r.run(std::slice::from_ref(&x)).unwrap(), want);
     }
 }

@@ -204,8 +204,17 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             let mut red = Vec::with_capacity(nr);
             walk(&rshape, [&rst], |[o]| red.push(o));
             let mut res = Vec::with_capacity(kshape.iter().product());
-            // Each output sums its inputs in logical index order, then divides.
-            walk(&kshape, [&kst], |[base]| res.push(red.iter().fold(0f32, |sum, &o| sum + v[base + o]) / nr as f32));
+            // Each output sums its inputs in logical index order, then divides; when those are
+            // consecutive in memory (reduced dims innermost), the sum runs over a plain slice.
+            let consecutive = red.iter().enumerate().all(|(i, &o)| i == o);
+            walk(&kshape, [&kst], |[base]| {
+                let sum = if consecutive {
+                    v[base..base + nr].iter().fold(0f32, |sum, &e| sum + e)
+                } else {
+                    red.iter().fold(0f32, |sum, &o| sum + v[base + o])
+                };
+                res.push(sum / nr as f32)
+            });
             let mut oshape = Vec::new();
             for (d, &s) in x.shape.iter().enumerate() {
                 if !axes.contains(&d) {
