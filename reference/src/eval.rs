@@ -233,6 +233,7 @@ fn sum(terms: impl IntoIterator<Item = f64>) -> f64 {
 }
 
 /// Applies `f` to every value in f64 and rounds once to `dtype`.
+#[inline(never)]
 fn map(x: &Tensor, dtype: ElemType, f: impl Fn(f64) -> f64) -> Tensor {
     let v: Vec<f64> = x.values_f64().into_iter().map(f).collect();
     Tensor::from_f64(&x.shape, dtype, None, &v)
@@ -241,6 +242,7 @@ fn map(x: &Tensor, dtype: ElemType, f: impl Fn(f64) -> f64) -> Tensor {
 /// `mean.dim`: `axes` sorted and normalized. With `cast`, every input value is first
 /// converted to that dtype (PyTorch casts the input before reducing), then the mean of the
 /// cast values is rounded once to `out_dtype`.
+#[inline(never)]
 fn mean(x: &Tensor, axes: &[usize], cast: Option<ElemType>, out_shape: &[usize], out_dtype: ElemType) -> Tensor {
     let mut v = x.values_f64();
     if let Some(dt) = cast {
@@ -260,11 +262,18 @@ fn mean(x: &Tensor, axes: &[usize], cast: Option<ElemType>, out_shape: &[usize],
     let count = red.iter().product::<usize>() as f64;
     let offsets = strided_indices(&red, &red_st);
     let mut out = Vec::with_capacity(kept.iter().product());
-    for_each_offset(&kept, &kept_st, |base| out.push(sum(offsets.iter().map(|&o| v[base + o])) / count));
+    if offsets.iter().enumerate().all(|(k, &o)| k == o) {
+        // The reduced dims are the trailing ones: each mean reads one contiguous run.
+        let len = offsets.len();
+        for_each_offset(&kept, &kept_st, |base| out.push(sum(v[base..base + len].iter().copied()) / count));
+    } else {
+        for_each_offset(&kept, &kept_st, |base| out.push(sum(offsets.iter().map(|&o| v[base + o])) / count));
+    }
     Tensor::from_f64(out_shape, out_dtype, None, &out)
 }
 
 /// Elementwise with numpy broadcasting (right-aligned; size-1 dims repeat).
+#[inline(never)]
 fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], dtype: ElemType) -> Tensor {
     // Strides of an operand over the output's dims: 0 where it repeats.
     let strides = |t: &Tensor| -> Vec<usize> {
@@ -307,6 +316,7 @@ fn broadcast(
 
 /// 2-D convolution, NCHW semantics. Padding positions are skipped (they contribute an exact
 /// zero mathematically; multiplying them would turn an inf weight into NaN).
+#[inline(never)]
 fn conv2d(
     x: &Tensor,
     w: &Tensor,
@@ -321,52 +331,61 @@ fn conv2d(
     let (cg, kh, kw) = (w.shape[1], w.shape[2], w.shape[3]);
     let (n, o, oh, ow) = (out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
     let og = o / p.groups;
-    // Kernel taps that land inside the input along one axis, for output position `pos`: the
-    // kernel indices `k0..k0 + len`, the first at input index `first` (then every `dilation`).
-    // The input index grows with the kernel index, so they are one range; padding positions
-    // are absent.
-    let taps = |pos: usize, k: usize, len: usize, ker: usize| -> (usize, usize, usize) {
-        let at = |i: usize| (pos * p.stride[k] + i * p.dilation[k]).checked_sub(p.padding[k]).filter(|&v| v < len);
-        let k0 = (0..ker).find(|&i| at(i).is_some()).unwrap_or(ker);
-        let k1 = (k0..ker).find(|&i| at(i).is_none()).unwrap_or(ker);
-        (k0, k1 - k0, at(k0).unwrap_or(0))
+    let (st, dil, pad) = (p.stride, p.dilation, p.padding);
+    // For kernel index `k` along axis `ax` (input length `len`): the output positions whose
+    // tap lands inside the input, `first..end`. The input index `pos * stride + k * dilation
+    // - padding` grows with the position, so they are one range; padding positions are
+    // absent (they contribute an exact zero; multiplying them would turn an inf weight into
+    // NaN).
+    let inside = |ax: usize, k: usize, len: usize, outs: usize| -> (usize, usize) {
+        let at = |pos: usize| (pos * st[ax] + k * dil[ax]).checked_sub(pad[ax]).filter(|&v| v < len);
+        let first = (0..outs).find(|&pos| at(pos).is_some()).unwrap_or(outs);
+        let end = (first..outs).find(|&pos| at(pos).is_none()).unwrap_or(outs);
+        (first, end)
     };
-    let rows: Vec<_> = (0..oh).map(|y| taps(y, 0, h, kh)).collect();
-    let cols: Vec<_> = (0..ow).map(|x| taps(x, 1, wd, kw)).collect();
-    let (dh, dw) = (p.dilation[0], p.dilation[1]);
+    let ys: Vec<_> = (0..kh).map(|i| inside(0, i, h, oh)).collect();
+    let xs: Vec<_> = (0..kw).map(|j| inside(1, j, wd, ow)).collect();
     let mut out = Vec::with_capacity(n * o * oh * ow);
+    // One accumulator per output position of the current (batch, output channel). Each one
+    // is summed in the order ci, kernel row, kernel column, then the bias: the loops below
+    // visit (ci, i, j) in that order and, for each, add the tap to every output it touches.
+    let mut accs = vec![Acc::new(); oh * ow];
     for ni in 0..n {
         for oi in 0..o {
             let g = oi / og;
-            for &(i0, rows_len, iy0) in &rows {
-                for &(j0, len, ix0) in &cols {
-                    // Summed in the order ci, kernel row, kernel column, then the bias.
-                    let mut acc = Acc::new();
-                    for ci in 0..cg {
-                        // First tap of the first kernel row in x and in w; each kernel row
-                        // moves `dilation` input rows and one kernel row further.
-                        let mut xo = ((ni * c + g * cg + ci) * h + iy0) * wd + ix0;
-                        let mut wo = ((oi * cg + ci) * kh + i0) * kw + j0;
-                        for _ in 0..rows_len {
-                            let wr = &wv[wo..wo + len];
-                            if dw == 1 {
-                                for (&xe, &we) in xv[xo..xo + len].iter().zip(wr) {
+            accs.fill(Acc::new());
+            for ci in 0..cg {
+                let xc = &xv[(ni * c + g * cg + ci) * h * wd..][..h * wd];
+                let wc = &wv[(oi * cg + ci) * kh * kw..][..kh * kw];
+                for (i, &(y0, y1)) in ys.iter().enumerate() {
+                    for (j, &(x0, x1)) in xs.iter().enumerate() {
+                        if x0 == x1 {
+                            continue;
+                        }
+                        let we = wc[i * kw + j];
+                        let ix = x0 * st[1] + j * dil[1] - pad[1];
+                        for y in y0..y1 {
+                            let iy = y * st[0] + i * dil[0] - pad[0];
+                            let row = &mut accs[y * ow..][x0..x1];
+                            let from = &xc[iy * wd + ix..];
+                            if st[1] == 1 {
+                                for (acc, &xe) in row.iter_mut().zip(&from[..x1 - x0]) {
                                     acc.add(xe * we);
                                 }
                             } else {
-                                for (&xe, &we) in xv[xo..].iter().step_by(dw).zip(wr) {
+                                for (acc, &xe) in row.iter_mut().zip(from.iter().step_by(st[1])) {
                                     acc.add(xe * we);
                                 }
                             }
-                            xo += dh * wd;
-                            wo += kw;
                         }
                     }
-                    if let Some(bv) = &bv {
-                        acc.add(bv[oi]);
-                    }
-                    out.push(acc.value());
                 }
+            }
+            for acc in &mut accs {
+                if let Some(bv) = &bv {
+                    acc.add(bv[oi]);
+                }
+                out.push(acc.value());
             }
         }
     }
@@ -374,6 +393,7 @@ fn conv2d(
 }
 
 /// `linear`: `y[..., n] = sum_k x[..., k] * w[n, k] + b[n]`.
+#[inline(never)]
 fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, out_shape: &[usize], dtype: ElemType) -> Tensor {
     let (xv, wv) = (x.values_f64(), w.values_f64());
     let bv = b.map(|b| b.values_f64());
