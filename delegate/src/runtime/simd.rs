@@ -902,8 +902,8 @@ multiversion! {
     }
 }
 
-/// Where an accumulator starts from in [`axpy_rows`] and [`gemm_rows`]: a convolution pixel's
-/// first run of taps starts from the bias, the following runs from the accumulator.
+/// Where an accumulator starts from in the product kernels below: a convolution pixel's
+/// first window starts from the bias, later ones from the accumulator.
 #[derive(Clone, Copy, Debug)]
 pub enum Start<'a, T> {
     /// The accumulator's current values.
@@ -914,48 +914,87 @@ pub enum Start<'a, T> {
     From(&'a [T]),
 }
 
-/// One block of `len <= B` accumulator columns from `j` on:
-/// `acc[j + t] = start[j + t] + xs[0] * w[c + t] + xs[1] * w[ld + c + t] + ...`, the block kept
-/// in registers across the rows. `c + B <= ld`: the row columns past `len` are padding,
-/// computed and dropped. Partial loads and stores are element loops over the fixed `B`, not
-/// copies of a run-time length, which would be calls to `memcpy`.
+/// Accumulator arithmetic: f32 multiply then add (two roundings, never fused, so that every
+/// path and instruction set gives the same bits), or wrapping i32 (exact in any order).
+pub trait Lane: Copy + Default {
+    fn mul_add(self, s: Self, w: Self) -> Self;
+}
+
+impl Lane for f32 {
+    #[inline(always)]
+    fn mul_add(self, s: f32, w: f32) -> f32 {
+        self + s * w
+    }
+}
+
+impl Lane for i32 {
+    #[inline(always)]
+    fn mul_add(self, s: i32, w: i32) -> i32 {
+        self.wrapping_add(s.wrapping_mul(w))
+    }
+}
+
+/// Where a product's rows lie (a convolution window, or rows of a matrix product): output
+/// pixel `p < pixels` sums, for each run `r < runs`, the `len` inputs
+/// `x[p * pixel_step + r * x_step..][..len]` times the `len` filter rows from
+/// `w[r * w_step..]`, each `ld` long; the pixel's outputs are columns `col..` of those rows.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    pub pixels: usize,
+    pub pixel_step: usize,
+    /// Runs of rows per pixel (a convolution's kernel rows inside the input).
+    pub runs: usize,
+    pub x_step: usize,
+    pub w_step: usize,
+    /// Rows per run (a kernel row's taps inside the input times input channels).
+    pub len: usize,
+    /// Filter row length: at least `col` plus the outputs per pixel; columns past them are
+    /// padding, computed and dropped.
+    pub ld: usize,
+    pub col: usize,
+}
+
+/// One pixel's block of `len <= B` outputs from `j` on, kept in registers across every row
+/// of every run: `acc[j + t] = start[j + t] + sum over rows of x * w[col + j + t]`, rows in
+/// order. The filter columns past `len` must exist (`col + j + B <= ld`): padding, computed
+/// and dropped. Partial loads and stores are element loops over the fixed `B`, not copies of
+/// a run-time length (which would be calls to `memcpy`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn axpy_block<const B: usize>(
-    acc: &mut [f32],
-    start: Start<f32>,
-    xs: &[f32],
-    w: &[f32],
-    ld: usize,
-    c: usize,
+fn window_block<T: Lane, X: Copy, const B: usize>(
+    acc: &mut [T],
+    start: Start<T>,
+    x: &[X],
+    xv: impl Fn(X) -> T,
+    w: &[T],
+    win: &Window,
     j: usize,
     len: usize,
 ) {
-    let mut r = [0f32; B];
+    let mut r = [T::default(); B];
     let acc = &mut acc[j..j + len];
-    match start {
-        Start::Acc => {
-            for t in 0..B {
-                if t < len {
-                    r[t] = acc[t];
-                }
-            }
-        }
-        Start::Zero => {}
-        Start::From(b) => {
-            let b = &b[j..j + len];
-            for t in 0..B {
-                if t < len {
-                    r[t] = b[t];
-                }
+    let from = match start {
+        Start::Acc => Some(&*acc),
+        Start::Zero => None,
+        Start::From(b) => Some(&b[j..j + len]),
+    };
+    if let Some(from) = from {
+        for t in 0..B {
+            if t < len {
+                r[t] = from[t];
             }
         }
     }
-    assert!(c + B <= ld);
-    for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
-        let wr = &row[c..c + B];
-        for t in 0..B {
-            r[t] += s * wr[t];
+    let c = win.col + j;
+    assert!(c + B <= win.ld, "product block outside the filter rows");
+    for run in 0..win.runs {
+        let xs = &x[run * win.x_step..][..win.len];
+        let ws = &w[run * win.w_step..][..win.len * win.ld];
+        for (&s, row) in xs.iter().zip(ws.chunks_exact(win.ld)) {
+            let (s, wr) = (xv(s), &row[c..c + B]);
+            for t in 0..B {
+                r[t] = r[t].mul_add(s, wr[t]);
+            }
         }
     }
     for t in 0..B {
@@ -965,51 +1004,64 @@ fn axpy_block<const B: usize>(
     }
 }
 
-/// `acc[t] = start[t] + sum_i xs[i] * w[i * ld + j0 + t]`, rows in order: each element is a
-/// chain of separate multiplies and adds in row order, the same on every path and block width.
-/// Blocks of 16, 8 and 4 columns; a ragged end runs as one more 4-wide block when `w`'s rows
-/// have room for it (packed filters are padded to a multiple of 4 columns), else per column.
+/// Every pixel of a [`Window`]: blocks of 16, 8 and 4 outputs, a ragged end as one more
+/// 4-wide block when the filter rows have room for it (packed filters are padded to a
+/// multiple of 4 columns), else one output at a time.
 #[inline(always)]
-fn axpy_rows_body(acc: &mut [f32], start: Start<f32>, xs: &[f32], w: &[f32], ld: usize, j0: usize) {
-    let n = acc.len();
-    assert!(w.len() >= xs.len() * ld, "axpy rows outside the weights");
-    let mut j = 0;
-    while j + 16 <= n {
-        axpy_block::<16>(acc, start, xs, w, ld, j0 + j, j, 16);
-        j += 16;
+fn window_body<T: Lane, X: Copy>(
+    out: &mut [T],
+    start: Start<T>,
+    x: &[X],
+    xv: impl Fn(X) -> T + Copy,
+    w: &[T],
+    win: Window,
+) {
+    if win.pixels == 0 || out.is_empty() {
+        return;
     }
-    if j + 8 <= n {
-        axpy_block::<8>(acc, start, xs, w, ld, j0 + j, j, 8);
-        j += 8;
-    }
-    if j + 4 <= n {
-        axpy_block::<4>(acc, start, xs, w, ld, j0 + j, j, 4);
-        j += 4;
-    }
-    if j < n && j0 + j + 4 <= ld {
-        axpy_block::<4>(acc, start, xs, w, ld, j0 + j, j, n - j);
-        j = n;
-    }
-    for jj in j..n {
-        let mut r = match start {
-            Start::Acc => acc[jj],
-            Start::Zero => 0.0,
-            Start::From(b) => b[jj],
-        };
-        for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
-            r += s * row[j0 + jj];
+    assert!(out.len() % win.pixels == 0, "outputs are not whole pixels");
+    let n = out.len() / win.pixels;
+    for (p, acc) in out.chunks_exact_mut(n).enumerate() {
+        let xp = &x[p * win.pixel_step..];
+        let mut j = 0;
+        while j + 16 <= n {
+            window_block::<T, X, 16>(acc, start, xp, xv, w, &win, j, 16);
+            j += 16;
         }
-        acc[jj] = r;
+        if j + 8 <= n {
+            window_block::<T, X, 8>(acc, start, xp, xv, w, &win, j, 8);
+            j += 8;
+        }
+        if j + 4 <= n {
+            window_block::<T, X, 4>(acc, start, xp, xv, w, &win, j, 4);
+            j += 4;
+        }
+        if j < n && win.col + j + 4 <= win.ld {
+            window_block::<T, X, 4>(acc, start, xp, xv, w, &win, j, n - j);
+            j = n;
+        }
+        while j < n {
+            window_block::<T, X, 1>(acc, start, xp, xv, w, &win, j, 1);
+            j += 1;
+        }
     }
 }
 
 multiversion! {
-    /// `acc[j] = start[j] + sum_i xs[i] * w[i * ld + j]`, rows `i` in order: an axpy per row of
-    /// `w`, blocks of `acc` kept in registers across the rows (a convolution's run of taps:
-    /// input channels times packed output channels), so a run is one call, not one per input
-    /// channel. `ld >= acc.len()` is the row length of `w` (columns past `acc.len()` are padding).
-    pub fn axpy_rows(acc: &mut [f32], start: Start<f32>, xs: &[f32], w: &[f32], ld: usize) {
-        axpy_rows_body(acc, start, xs, w, ld, 0);
+    /// The f32 sums of a [`Window`] into `out` (`win.pixels` pixels of equal width), each
+    /// output `start + x[0] w[0] + x[1] w[1] + ...` in row order: an axpy per row, the
+    /// outputs kept in registers across the rows, so a convolution's row of output pixels
+    /// that share a window shape is one call.
+    pub fn window_f32(out: &mut [f32], start: Start<f32>, x: &[f32], w: &[f32], win: Window) {
+        window_body(out, start, x, |v| v, w, win);
+    }
+}
+
+multiversion! {
+    /// [`window_f32`] for qs8: `start + sum (x - zx) * w` in wrapping i32, `w` the packed
+    /// filter minus its zero point.
+    pub fn window_qs8(out: &mut [i32], start: Start<i32>, x: &[i8], zx: i32, w: &[i32], win: Window) {
+        window_body(out, start, x, |v| (v as i32).wrapping_sub(zx), w, win);
     }
 }
 
@@ -1024,112 +1076,28 @@ pub struct Gemm {
 multiversion! {
     /// Elements `first..first + out.len()` of the row-major `[m, n]` product `bias + x w`
     /// (`x` `[m, k]`, `w` `[k, ld]`, `bias` per column), each element's sum in row order as in
-    /// [`axpy_rows`]. Rows may be partial (threads split anywhere); one dispatch for all of
-    /// them, as the rows of a linear or a 1x1 convolution are often only a few elements long.
+    /// [`window_f32`]. Rows may be partial (threads split anywhere); one dispatch for all of
+    /// them, as the rows of a small linear are often only a few elements long.
     pub fn gemm_rows(out: &mut [f32], first: usize, x: &[f32], w: &[f32], d: Gemm, bias: Option<&[f32]>) {
         let Gemm { k, n, ld } = d;
         if out.is_empty() || n == 0 {
             return;
         }
-        let w = &w[..k * ld];
         let start = |c0: usize| match bias {
             Some(b) => Start::From(&b[c0..]),
             None => Start::Zero,
         };
+        let row = |pixels: usize, col: usize| Window { pixels, pixel_step: k, runs: 1, x_step: 0, w_step: 0, len: k, ld, col };
         // A partial first row, whole rows, then a partial last row.
         let (r0, c0) = (first / n, first % n);
         let head = if c0 == 0 { 0 } else { (n - c0).min(out.len()) };
         let (head_out, rest) = out.split_at_mut(head);
-        if head > 0 {
-            axpy_rows_body(head_out, start(c0), &x[r0 * k..(r0 + 1) * k], w, ld, c0);
-        }
+        window_body(head_out, start(c0), &x[r0 * k..], |v| v, w, row(1, c0));
         let r1 = if head > 0 { r0 + 1 } else { r0 };
         let full = rest.len() / n;
-        let mut rows = rest.chunks_exact_mut(n);
-        for (i, o) in (&mut rows).enumerate() {
-            let r = r1 + i;
-            axpy_rows_body(o, start(0), &x[r * k..(r + 1) * k], w, ld, 0);
-        }
-        let tail = rows.into_remainder();
-        if !tail.is_empty() {
-            let r = r1 + full;
-            axpy_rows_body(tail, start(0), &x[r * k..(r + 1) * k], w, ld, 0);
-        }
-    }
-}
-
-/// [`axpy_block`] for qs8: `acc[j + t] += (xs[i] - zx) * w[i * ld + j + t]` in wrapping i32
-/// (exact: integer sums do not depend on their order).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn axpy_block_qs8<const B: usize>(
-    acc: &mut [i32],
-    start: Start<i32>,
-    xs: &[i8],
-    zx: i32,
-    w: &[i32],
-    ld: usize,
-    j: usize,
-    len: usize,
-) {
-    let mut r = [0i32; B];
-    let acc = &mut acc[j..j + len];
-    let from = match start {
-        Start::Acc => Some(&*acc),
-        Start::Zero => None,
-        Start::From(b) => Some(&b[j..j + len]),
-    };
-    if let Some(from) = from {
-        for t in 0..B {
-            if t < len {
-                r[t] = from[t];
-            }
-        }
-    }
-    assert!(j + B <= ld);
-    for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
-        let s = (s as i32).wrapping_sub(zx);
-        let wr = &row[j..j + B];
-        for t in 0..B {
-            r[t] = r[t].wrapping_add(s.wrapping_mul(wr[t]));
-        }
-    }
-    for t in 0..B {
-        if t < len {
-            acc[t] = r[t];
-        }
-    }
-}
-
-multiversion! {
-    /// `acc[j] = start[j] + sum_i (xs[i] - zx) * w[i * ld + j]` in wrapping i32: a qs8
-    /// convolution's run of taps against its packed filter (`w - w_zero_point`, rows of `ld`
-    /// columns, padded like the f32 one).
-    pub fn axpy_rows_qs8(acc: &mut [i32], start: Start<i32>, xs: &[i8], zx: i32, w: &[i32], ld: usize) {
-        let n = acc.len();
-        assert!(w.len() >= xs.len() * ld, "axpy rows outside the weights");
-        let mut j = 0;
-        while j + 8 <= n {
-            axpy_block_qs8::<8>(acc, start, xs, zx, w, ld, j, 8);
-            j += 8;
-        }
-        // 4-wide blocks, the last one padded when the rows have room.
-        while j < n && j + 4 <= ld {
-            let len = (n - j).min(4);
-            axpy_block_qs8::<4>(acc, start, xs, zx, w, ld, j, len);
-            j += len;
-        }
-        for jj in j..n {
-            let mut r = match start {
-                Start::Acc => acc[jj],
-                Start::Zero => 0,
-                Start::From(b) => b[jj],
-            };
-            for (&s, row) in xs.iter().zip(w.chunks_exact(ld)) {
-                r = r.wrapping_add((s as i32).wrapping_sub(zx).wrapping_mul(row[jj]));
-            }
-            acc[jj] = r;
-        }
+        let (rows, tail) = rest.split_at_mut(full * n);
+        window_body(rows, start(0), &x[r1 * k..], |v| v, w, row(full, 0));
+        window_body(tail, start(0), &x[(r1 + full) * k..], |v| v, w, row(1, 0));
     }
 }
 

@@ -135,10 +135,68 @@ impl ConvGeom {
         rows.checked_mul(self.groups)?.checked_mul(self.group_out.checked_next_multiple_of(4)?)
     }
 
-    /// A 1x1 convolution of one group, stride 1 and no padding: a matrix product of the
-    /// `[pixels, C]` input and the packed `[C, O]` filter.
-    fn is_pointwise(&self) -> bool {
-        self.kernel == [1, 1] && self.stride == [1, 1] && self.padding == [0; 4] && self.groups == 1
+    /// Whether every window is one product ([`ConvGeom::for_each_window`]): one group (regular,
+    /// or depthwise of one input channel) and no horizontal dilation, so that a kernel row's
+    /// taps inside the input are adjacent inputs and consecutive rows of the packed filter.
+    pub(super) fn windows_are_products(&self) -> bool {
+        self.groups == 1 && self.dilation[1] == 1
+    }
+
+    /// Output pixels `first..first + count` (flat `[N, OH, OW]` indices) of a geometry whose
+    /// windows are products, walked row by row: calls `f(p, xb, wb, win)` for each group of
+    /// consecutive pixels of one output row that share a window shape, `p` its first pixel
+    /// counted from `first`, `xb` and `wb` the input and packed-filter offsets where its
+    /// first pixel's window starts. A row's interior (every tap inside the input) is one
+    /// group; the pixels near its ends, clipped by the padding, are one each. The window is
+    /// clipped once per group, not tested per tap.
+    pub(super) fn for_each_window(
+        &self,
+        ish: &[usize],
+        osh: &[usize],
+        ld: usize,
+        first: usize,
+        count: usize,
+        mut f: impl FnMut(usize, usize, usize, simd::Window),
+    ) {
+        let (h, wd, c) = (ish[1], ish[2], ish[3]);
+        let (oh, ow) = (osh[1], osh[2]);
+        let (top, left) = (self.padding[0], self.padding[3]);
+        let (kh, kw, sy, sx, dy) = (self.kernel[0], self.kernel[1], self.stride[0], self.stride[1], self.dilation[0]);
+        // Output columns whose taps are all inside the input.
+        let full = left.div_ceil(sx)..if left + wd >= kw { (left + wd - kw) / sx + 1 } else { 0 };
+        let mut p = 0;
+        while p < count {
+            let q = first + p;
+            let (n, y, x0) = (q / (oh * ow), (q / ow) % oh, q % ow);
+            let x1 = ow.min(x0 + count - p);
+            let kys = taps_inside(y * sy, top, h, dy, kh);
+            let mut xo = x0;
+            while xo < x1 {
+                let end = if full.contains(&xo) { x1.min(full.end) } else { xo + 1 };
+                let kxs = taps_inside(xo * sx, left, wd, 1, kw);
+                let mut win = simd::Window {
+                    pixels: end - xo,
+                    pixel_step: sx * c,
+                    runs: kys.len(),
+                    x_step: dy * wd * c,
+                    w_step: kw * c * ld,
+                    len: kxs.len() * c,
+                    ld,
+                    col: 0,
+                };
+                let (mut xb, mut wb) = (0, 0);
+                if kys.is_empty() || kxs.is_empty() {
+                    win.runs = 0; // every tap in the padding: the outputs are the bias
+                } else {
+                    let (iy, ix) = (y * sy + kys.start * dy - top, xo * sx + kxs.start - left);
+                    xb = ((n * h + iy) * wd + ix) * c;
+                    wb = (kys.start * kw + kxs.start) * c * ld;
+                }
+                f(p + xo - x0, xb, wb, win);
+                xo = end;
+            }
+            p += x1 - x0;
+        }
     }
 }
 
@@ -251,35 +309,36 @@ fn conv_f32(
     let (taps, cin, go, ld) = (g.kernel[0] * g.kernel[1], g.group_in, g.group_out, g.packed_ld());
     let isa = ctx.isa;
     let bytes = (x.len() + w.len() + out.len()) * 4 * taps;
-    if g.is_pointwise() {
-        let d = simd::Gemm { k: c, n: oc, ld };
-        ctx.par_chunks(out, bytes, oc, false, |start, chunk| simd::gemm_rows(isa, chunk, start, x, w, d, b));
+    let from = match b {
+        Some(b) => Start::From(b),
+        None => Start::Zero,
+    };
+    if g.windows_are_products() {
+        ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
+            g.for_each_window(ish, osh, ld, start / oc, chunk.len() / oc, |p, xb, wb, win| {
+                let o = &mut chunk[p * oc..(p + win.pixels) * oc];
+                simd::window_f32(isa, o, from, &x[xb..], &w[wb..], win);
+            });
+        });
         return;
     }
+    // Several groups, a depthwise filter of several channels, or horizontal dilation: each
+    // pixel's taps one at a time (or, without dilation, a depthwise kernel row at a time).
     ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
         for (o, pix) in chunk.chunks_mut(oc).zip(Pixels::new(start / oc, oh, ow)) {
-            // A pixel's first run of taps starts from the bias (no separate copy per pixel).
-            let mut from = match b {
-                Some(b) => Start::From(b),
-                None => Start::Zero,
-            };
+            let mut from = from;
             if g.groups != 1 {
                 init(o, from);
                 from = Start::Acc;
             }
             g.for_each_run(h, wd, c, pix, |tap, xb, len| {
-                if g.groups == 1 {
-                    // The run's taps times input channels are adjacent in the input and are
-                    // consecutive rows of the packed filter: one axpy for the whole run.
-                    let xs = &x[xb..xb + len * c];
-                    let w0 = tap * c * ld;
-                    simd::axpy_rows(isa, o, from, xs, &w[w0..w0 + xs.len() * ld], ld);
-                    from = Start::Acc;
-                    return;
-                }
                 for t in 0..len {
                     let (tap, xr) = (tap + t, &x[xb + t * c..xb + (t + 1) * c]);
-                    if g.depthwise {
+                    if g.groups == 1 {
+                        // One group, dilated: a tap's input channels against its filter rows.
+                        simd::window_f32(isa, o, from, xr, &w[tap * c * ld..], single_run(c, ld));
+                        from = Start::Acc;
+                    } else if g.depthwise {
                         let wr = &w[tap * oc..(tap + 1) * oc];
                         if go == 1 {
                             simd::mul_acc(isa, o, xr, wr);
@@ -296,7 +355,7 @@ fn conv_f32(
                             let og = &mut o[gi * go..(gi + 1) * go];
                             let rows = (gi * taps + tap) * cin * ld;
                             let xs = &xr[gi * cin..(gi + 1) * cin];
-                            simd::axpy_rows(isa, og, Start::Acc, xs, &w[rows..rows + cin * ld], ld);
+                            simd::window_f32(isa, og, Start::Acc, xs, &w[rows..], single_run(cin, ld));
                         }
                     }
                 }
@@ -305,6 +364,11 @@ fn conv_f32(
             init(o, from);
         }
     });
+}
+
+/// One pixel's single run of `len` rows of `ld` columns (a tap's input channels).
+pub(super) fn single_run(len: usize, ld: usize) -> simd::Window {
+    simd::Window { pixels: 1, pixel_step: 0, runs: 1, x_step: 0, w_step: 0, len, ld, col: 0 }
 }
 
 /// Sets a pixel's outputs to where its sum starts, unless they already hold it.

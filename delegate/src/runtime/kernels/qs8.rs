@@ -135,30 +135,40 @@ pub fn conv2d(
     let wp = &wp[..];
     let isa = ctx.isa;
     let bytes = (x.len() + w.len() + out.len()) * taps;
+    let from = match bias {
+        Some(b) => Start::From(b),
+        None => Start::Zero,
+    };
+    if g.windows_are_products() {
+        // As in the f32 kernel; the int32 sums of a group of pixels, then their requantization.
+        ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
+            let mut acc = vec![0i32; ow.min(chunk.len() / oc) * oc];
+            g.for_each_window(ish, osh, ld, start / oc, chunk.len() / oc, |p, xb, wb, win| {
+                let a = &mut acc[..win.pixels * oc];
+                simd::window_qs8(isa, a, from, &x[xb..], zx, &wp[wb..], win);
+                for (d, &a) in chunk[p * oc..(p + win.pixels) * oc].iter_mut().zip(a.iter()) {
+                    *d = rq.apply(a);
+                }
+            });
+        });
+        return Ok(());
+    }
     ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
         let mut acc = vec![0i32; oc];
         for (o, pix) in chunk.chunks_mut(oc).zip(conv::Pixels::new(start / oc, oh, ow)) {
-            // As in the f32 kernel: the first run starts from the bias.
-            let mut from = match bias {
-                Some(b) => Start::From(b),
-                None => Start::Zero,
-            };
+            let mut from = from;
             if g.groups != 1 {
                 conv::init(&mut acc, from);
                 from = Start::Acc;
             }
             g.for_each_run(h, wd, c, pix, |tap, xb, len| {
-                if g.groups == 1 {
-                    // As in the f32 kernel: the run is consecutive rows of the packed filter.
-                    let xs = &x[xb..xb + len * c];
-                    let w0 = tap * c * ld;
-                    simd::axpy_rows_qs8(isa, &mut acc, from, xs, zx, &wp[w0..w0 + xs.len() * ld], ld);
-                    from = Start::Acc;
-                    return;
-                }
                 for t in 0..len {
                     let (tap, xr) = (tap + t, &x[xb + t * c..xb + (t + 1) * c]);
-                    if g.depthwise {
+                    if g.groups == 1 {
+                        let w = &wp[tap * c * ld..];
+                        simd::window_qs8(isa, &mut acc, from, xr, zx, w, conv::single_run(c, ld));
+                        from = Start::Acc;
+                    } else if g.depthwise {
                         let wr = &wp[tap * oc..(tap + 1) * oc];
                         for (ch, &xv) in xr.iter().enumerate() {
                             let xv = (xv as i32).wrapping_sub(zx);
@@ -170,9 +180,8 @@ pub fn conv2d(
                     } else {
                         for gi in 0..g.groups {
                             let ag = &mut acc[gi * go..(gi + 1) * go];
-                            let rows = (gi * taps + tap) * cin * ld;
-                            let xs = &xr[gi * cin..(gi + 1) * cin];
-                            simd::axpy_rows_qs8(isa, ag, Start::Acc, xs, zx, &wp[rows..rows + cin * ld], ld);
+                            let (w, xs) = (&wp[(gi * taps + tap) * cin * ld..], &xr[gi * cin..(gi + 1) * cin]);
+                            simd::window_qs8(isa, ag, Start::Acc, xs, zx, w, conv::single_run(cin, ld));
                         }
                     }
                 }
