@@ -109,9 +109,13 @@ fn view_of(t: &Tensor) -> View<'_> {
 
 impl Drop for Program {
     /// Hands the run-time buffers to the next configuration of the same loaded program. A
-    /// poisoned state (a kernel panicked mid-run, a block may be missing) is dropped instead.
+    /// poisoned state (a kernel panicked mid-run, a block may be missing) is dropped instead,
+    /// and one never run holds nothing to hand over.
     fn drop(&mut self) {
         if let Ok(state) = self.state.get_mut() {
+            if state.segments.is_empty() {
+                return;
+            }
             let state = std::mem::take(state);
             let mut spare = self.l.spare.lock().unwrap_or_else(|e| e.into_inner());
             if spare.len() < MAX_SPARE_STATES {
@@ -222,20 +226,21 @@ impl Program {
         Ok(Program::assemble(Arc::new(l), isa, opts, pool))
     }
 
+    /// A program over `l`. Its run-time buffers are a dropped configuration's, or are made at
+    /// the first run (a configuration that is never run, such as the harness's loaded program
+    /// that only serves `reconfigure` and `payloads`, allocates none).
     fn assemble(l: Arc<Loaded>, isa: Isa, opts: RunOptions, pool: Arc<Pool>) -> Program {
         let spare = l.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let state = spare.unwrap_or_else(|| {
-            let segments = l
-                .steps
-                .iter()
-                .filter_map(|s| match s {
-                    ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
-                    _ => None,
-                })
-                .collect();
-            RunState { segments, scratch: Scratch::default() }
+        Program { l, pool, isa, opts, state: Mutex::new(spare.unwrap_or_default()) }
+    }
+
+    /// Per-segment run-time state (intermediate blocks, shape tables), in program order.
+    fn new_segment_states(&self) -> Vec<SegmentState> {
+        let states = self.l.steps.iter().filter_map(|s| match s {
+            ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
+            _ => None,
         });
-        Program { l, pool, isa, opts, state: Mutex::new(state) }
+        states.collect()
     }
 
     /// The same loaded program at another SIMD level and pool, without serializing, loading
@@ -293,6 +298,9 @@ impl Program {
         }
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let RunState { segments, scratch } = &mut *guard;
+        if segments.len() != self.l.payloads.len() {
+            *segments = self.new_segment_states();
+        }
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
         let mut seg_i = 0;
         for (i, st) in self.l.steps.iter().enumerate() {
@@ -424,8 +432,10 @@ mod tests {
         let want = p.run(std::slice::from_ref(&x)).unwrap();
         let spare = || p.l.spare.lock().unwrap().len();
         let pool = Arc::new(Pool::new(2, ThreadPolicy::PerOutputTasks).unwrap());
-        let q = p.reconfigure(SimdLevel::Auto, pool.clone()).unwrap();
+        // A configuration never run allocates nothing and parks nothing.
+        drop(p.reconfigure(SimdLevel::Auto, pool.clone()).unwrap());
         assert_eq!(spare(), 0);
+        let q = p.reconfigure(SimdLevel::Auto, pool.clone()).unwrap();
         assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
         drop(q);
         assert_eq!(spare(), 1);
