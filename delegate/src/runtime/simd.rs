@@ -1019,7 +1019,7 @@ fn window_body<T: Lane, X: Copy>(
     if win.pixels == 0 || out.is_empty() {
         return;
     }
-    assert!(out.len() % win.pixels == 0, "outputs are not whole pixels");
+    assert!(out.len().is_multiple_of(win.pixels), "outputs are not whole pixels");
     let n = out.len() / win.pixels;
     for (p, acc) in out.chunks_exact_mut(n).enumerate() {
         let xp = &x[p * win.pixel_step..];

@@ -73,7 +73,7 @@ impl Requant {
     fn new(mult: f32, qo: Quant, range: (f32, f32)) -> Result<Requant, String> {
         let (lo, hi) = (range.0 / qo.scale, range.1 / qo.scale);
         // `f32::clamp` needs ordered bounds (a NaN or negative scale would break them).
-        if !(lo <= hi) {
+        if lo.partial_cmp(&hi).is_none_or(|o| o.is_gt()) {
             return Err(format!("qs8 output range [{}, {}] at scale {}", range.0, range.1, qo.scale));
         }
         Ok(Requant { mult, lo, hi, zp: qo.zero_point as f32 })
