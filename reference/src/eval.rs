@@ -364,6 +364,17 @@ fn conv2d(
                         }
                         let we = wc[i * kw + j];
                         let ix = x0 * st[1] + j * dil[1] - pad[1];
+                        if st == [1, 1] && (x0, x1) == (0, ow) && ow == wd && y0 < y1 {
+                            // Whole input rows feed whole output rows: rows y0..y1 are one
+                            // run in both (the loop below, row by row, adds the same terms).
+                            let iy = y0 + i * dil[0] - pad[0];
+                            let run = &mut accs[y0 * ow..y1 * ow];
+                            let from = &xc[iy * wd..][..run.len()];
+                            for (acc, &xe) in run.iter_mut().zip(from) {
+                                acc.add(xe * we);
+                            }
+                            continue;
+                        }
                         for y in y0..y1 {
                             let iy = y * st[0] + i * dil[0] - pad[0];
                             let row = &mut accs[y * ow..][x0..x1];
