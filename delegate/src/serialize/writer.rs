@@ -245,8 +245,10 @@ impl Enc {
             put(slot as usize / 2, (obj - at) as u16);
         }
         // The first word (length, object size, first two fields) tells most vtables apart
-        // before the whole key is compared.
-        let found = self.vtables.iter().find(|(_, k)| k[0] == key[0] && *k == key).map(|&(pos, _)| pos);
+        // before the whole key is compared. Keys are unique, so the search order does not
+        // change the result; newest first finds the vtable of the kind of table being
+        // written (nodes, then values, then constants) in a step or two.
+        let found = self.vtables.iter().rev().find(|(_, k)| k[0] == key[0] && *k == key).map(|&(pos, _)| pos);
         let vt_pos = match found {
             Some(pos) => pos,
             None => {
