@@ -184,14 +184,25 @@ pub fn generate(spec: &TensorSpec, seed: u64, opts: &DataOptions) -> Tensor {
         }
         TensorData::Qs8(v)
     } else {
-        let mut v = Vec::with_capacity(numel);
-        let mut row_value = 0.0;
-        for i in 0..numel {
-            if dist != Distribution::ConstantRows || i % row == 0 {
-                row_value = draw(&mut rng, dist, spec.dtype);
+        let dtype = spec.dtype;
+        // One loop per distribution (a constant `dist` in each), so the choice is not matched
+        // per element; the values drawn, and their order, are those of `draw`.
+        let mut v = match dist {
+            Distribution::Mixed => draw_all(&mut rng, numel, |r| draw(r, Distribution::Mixed, dtype)),
+            Distribution::SmallIntegers => draw_all(&mut rng, numel, |r| draw(r, Distribution::SmallIntegers, dtype)),
+            Distribution::Outliers => draw_all(&mut rng, numel, |r| draw(r, Distribution::Outliers, dtype)),
+            Distribution::Uniform => draw_all(&mut rng, numel, |r| draw(r, Distribution::Uniform, dtype)),
+            Distribution::Positive => draw_all(&mut rng, numel, |r| draw(r, Distribution::Positive, dtype)),
+            Distribution::ConstantRows => {
+                // One draw per row, repeated along it.
+                let mut v = Vec::with_capacity(numel);
+                while v.len() < numel {
+                    let x = draw(&mut rng, Distribution::ConstantRows, dtype);
+                    v.extend(std::iter::repeat_n(x, row.min(numel - v.len())));
+                }
+                v
             }
-            v.push(row_value);
-        }
+        };
         if opts.specials {
             sprinkle(&mut rng, &mut v, &float_specials(spec.dtype));
         }
@@ -208,6 +219,11 @@ pub fn generate(spec: &TensorSpec, seed: u64, opts: &DataOptions) -> Tensor {
     } else {
         t
     }
+}
+
+/// `n` values, each `f(rng)`, in order.
+fn draw_all(rng: &mut SplitMix64, n: usize, mut f: impl FnMut(&mut SplitMix64) -> f64) -> Vec<f64> {
+    (0..n).map(|_| f(rng)).collect()
 }
 
 /// Replaces about one value in 16 (at least one) with the specials, cycling through them from

@@ -190,25 +190,23 @@ fn row_major_strides(shape: &[usize]) -> Vec<usize> {
 /// Compensated f64 accumulator: Knuth's branch-free TwoSum keeps the exact rounding error of
 /// every addition, so the result is the exact sum to about one f64 ulp. Starts from -0.0, the
 /// IEEE additive identity, so a sum of negative zeros stays -0.0. Once a non-finite value is
-/// met, the plain IEEE sum (inf, or NaN for NaN and inf - inf) is the answer. (`s` takes the
-/// same values as `plain`, but which NaN an addition of two NaNs returns depends on the
-/// operand order the compiler picks, and `plain`'s own accumulator fixes the one the
-/// reference has always produced.)
+/// met, the plain IEEE sum (inf, or NaN for NaN and inf - inf) is the answer: that is `s`
+/// itself, which is exactly the plain running sum (each step is `s = s + x`, rounded). Which
+/// NaN comes out when two NaNs meet (sign, payload) is not fixed: the compiler picks the
+/// operand order of each addition; every oracle treats a NaN as a NaN.
 #[derive(Clone, Copy)]
 struct Acc {
     s: f64,
     c: f64,
-    plain: f64,
 }
 
 impl Acc {
     fn new() -> Acc {
-        Acc { s: -0.0, c: 0.0, plain: -0.0 }
+        Acc { s: -0.0, c: 0.0 }
     }
 
     #[inline]
     fn add(&mut self, x: f64) {
-        self.plain += x;
         let t = self.s + x;
         let bp = t - self.s;
         self.c += (self.s - (t - bp)) + (x - bp);
@@ -216,8 +214,8 @@ impl Acc {
     }
 
     fn value(self) -> f64 {
-        if !self.plain.is_finite() {
-            self.plain
+        if !self.s.is_finite() {
+            self.s
         } else if self.c == 0.0 {
             self.s
         } else {
