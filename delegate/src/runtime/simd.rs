@@ -1065,6 +1065,19 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// int32 accumulators to qs8: `clamp(round_half_even(clamp(acc * mult, lo, hi)) + zp)`
+    /// to [-128, 127], `lo <= hi` the fused range in output quanta (a qs8 convolution's
+    /// requantization; rounding here is one instruction, not a call to `rintf`).
+    pub fn requantize(acc: &[i32], mult: f32, lo: f32, hi: f32, zp: f32, out: &mut [i8]) {
+        let acc = &acc[..out.len()];
+        for i in 0..out.len() {
+            let v = (acc[i] as f32 * mult).clamp(lo, hi);
+            out[i] = (v.round_ties_even() + zp).clamp(-128.0, 127.0) as i8;
+        }
+    }
+}
+
 /// Sizes of a matrix product `[m, k] x [k, n]` whose right operand has rows of `ld >= n`.
 #[derive(Clone, Copy, Debug)]
 pub struct Gemm {

@@ -79,11 +79,16 @@ impl Requant {
         Ok(Requant { mult, lo, hi, zp: qo.zero_point as f32 })
     }
 
-    #[inline]
+    #[cfg(test)]
     fn apply(&self, acc: i32) -> i8 {
         let v = (acc as f32 * self.mult).clamp(self.lo, self.hi);
         let v = v.round_ties_even() + self.zp;
         v.clamp(-128.0, 127.0) as i8
+    }
+
+    /// `out[i]` from `acc[i]`, as [`Requant::apply`] (the unit tests check the kernels against it).
+    fn apply_all(&self, isa: simd::Isa, acc: &[i32], out: &mut [i8]) {
+        simd::requantize(isa, acc, self.mult, self.lo, self.hi, self.zp, out);
     }
 }
 
@@ -146,9 +151,7 @@ pub fn conv2d(
             g.for_each_window(ish, osh, ld, start / oc, chunk.len() / oc, |p, xb, wb, win| {
                 let a = &mut acc[..win.pixels * oc];
                 simd::window_qs8(isa, a, from, &x[xb..], zx, &wp[wb..], win);
-                for (d, &a) in chunk[p * oc..(p + win.pixels) * oc].iter_mut().zip(a.iter()) {
-                    *d = rq.apply(a);
-                }
+                rq.apply_all(isa, a, &mut chunk[p * oc..(p + win.pixels) * oc]);
             });
         });
         return Ok(());
@@ -187,9 +190,7 @@ pub fn conv2d(
                 }
             });
             conv::init(&mut acc, from);
-            for (d, &a) in o.iter_mut().zip(&acc) {
-                *d = rq.apply(a);
-            }
+            rq.apply_all(isa, &acc, o);
         }
     });
     Ok(())
