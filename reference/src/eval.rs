@@ -214,9 +214,8 @@ impl Acc {
     }
 
     fn value(self) -> f64 {
-        if !self.s.is_finite() {
-            self.s
-        } else if self.c == 0.0 {
+        // Non-finite: the plain sum. No correction: s as is (-0.0 + 0.0 would lose the sign).
+        if !self.s.is_finite() || self.c == 0.0 {
             self.s
         } else {
             self.s + self.c
