@@ -673,11 +673,7 @@ fn order_units(
     }
     // Partitions are cycle-free, so every unit is ordered; keep any leftover (defensive)
     // in index order rather than dropping it.
-    for k in 0..m {
-        if !placed[k] {
-            order.push(k);
-        }
-    }
+    order.extend((0..m).filter(|&k| !placed[k]));
     let mut slots: Vec<Option<Unit>> = units.into_iter().map(|(_, un)| Some(un)).collect();
     order.into_iter().filter_map(|k| slots[k].take()).collect()
 }
