@@ -43,7 +43,9 @@
 //!   `(L + 2) P` at least the compute type's largest finite value, where `P` is the largest
 //!   finite magnitude of any value in the graph (summing near-`f32::MAX` values in f32
 //!   overflows where the exact sum does not; every f32 implementation, XNNPACK's included,
-//!   does that, and the infinity then propagates as either sign or NaN).
+//!   does that, and the infinity then propagates as either sign or NaN). Likewise a NaN the
+//!   reference gets from opposite infinities may then come out as either infinity, unless a
+//!   NaN value reaches the output (the magnitude twin is NaN there: only NaN will do).
 //!   Signed zeros compare equal.
 //!
 //! How tight this is: a mean over `n` elements whose divisor is off by one moves the result
@@ -228,8 +230,9 @@ fn compare_known(
         return None;
     }
     // Before the magnitudes are known, |reference| stands in (overflow needs more).
-    let any_nonfinite =
-        g.iter().zip(r).any(|(g, r)| (!g.is_finite() && r.is_finite()) || (g.is_nan() && r.is_infinite()));
+    let any_nonfinite = g.iter().zip(r).any(|(g, r)| {
+        (!g.is_finite() && r.is_finite()) || (g.is_nan() && r.is_infinite()) || (g.is_infinite() && r.is_nan())
+    });
     let m_cache: Option<Option<Vec<f64>>> = if any_nonfinite && tol.step.is_none() { Some(magnitude()) } else { None };
     let peak_m = if any_nonfinite { peak() } else { 0.0 };
     // Overflow needs huge *finite* magnitudes somewhere (an infinite input propagates the
@@ -244,7 +247,14 @@ fn compare_known(
     let finite_close = |i: usize| -> Option<bool> {
         // Some(pass) when decided without the magnitude.
         if r[i].is_nan() {
-            Some(g[i].is_nan())
+            // A NaN made of opposite infinities that f32 overflow produced may come out as one
+            // infinity when the partial sums overflow in another order (the mirror of the
+            // case below). The twin's magnitude is NaN where a NaN value reaches the output:
+            // then only NaN will do.
+            let overflowed = g[i].is_infinite()
+                && tol.may_overflow(m_hint(i))
+                && matches!(&m_cache, Some(Some(m)) if !m[i].is_nan());
+            Some(g[i].is_nan() || overflowed)
         } else if r[i].is_infinite() {
             // Once some partial sum may overflow, an infinite result may come out as the
             // other infinity or NaN (inf - inf) downstream.
@@ -476,6 +486,24 @@ mod tests {
         assert!(compare_with(&r, &g, Some(&r), &tol).is_some());
         // A huge intermediate anywhere in the graph (the peak) excuses it too.
         assert!(compare(&r, &g, &mut || None, &mut || 1.0e38, &tol).is_none());
+    }
+
+    #[test]
+    fn a_nan_from_overflowed_infinities_may_come_out_infinite_but_a_propagated_nan_may_not() {
+        // (fuzz seed 4244, case 60704: a conv's exact sums overflow f32 to +inf and -inf in
+        // the reference, its f32 partial sums to +inf twice in the delegate; the mean after it
+        // is NaN in one and +inf in the other.)
+        let tol = Tolerance { acc_len: 4, ops: 2, compute: ElemType::F32, step: None, exact: false };
+        let r = Tensor::f32(&[2], vec![f32::NAN, 1.0]);
+        let g = Tensor::f32(&[2], vec![f32::INFINITY, 1.0]);
+        let twin = |m0: f64| move || Some(vec![m0, 1.0]);
+        assert!(compare(&r, &g, &mut twin(f64::INFINITY), &mut || 1.0e38, &tol).is_none());
+        // No partial sum can overflow: the NaN came from infinite inputs, any order gives NaN.
+        assert!(compare(&r, &g, &mut twin(f64::INFINITY), &mut || 1.0, &tol).is_some());
+        // A NaN reaches the output (the twin is NaN there): only NaN will do.
+        assert!(compare(&r, &g, &mut twin(f64::NAN), &mut || 1.0e38, &tol).is_some());
+        let nan = Tensor::f32(&[2], vec![f32::NAN, 1.0]);
+        assert!(compare(&r, &nan, &mut twin(f64::NAN), &mut || 1.0e38, &tol).is_none());
     }
 
     #[test]
