@@ -520,31 +520,37 @@ pub(super) mod tests {
         v
     }
 
-    /// The convolution in the kernels' order (bias, then `ky`, `kx`, input channel), in f32.
-    pub fn naive(g: &ConvGeom, x: &[f32], ish: &[usize], w: &[f32], b: Option<&[f32]>, osh: &[usize]) -> Vec<f32> {
+    /// Calls `f(x index, w index)` for every term of output element `i` (NHWC `osh`) in the
+    /// kernels' order (`ky`, `kx`, input channel), `w` laid out as stored (not packed).
+    pub fn naive_terms(g: &ConvGeom, ish: &[usize], osh: &[usize], i: usize, mut f: impl FnMut(usize, usize)) {
         let (kh, kw, go, cin) = (g.kernel[0], g.kernel[1], g.group_out, g.group_in);
-        let mut out = vec![0f32; osh.iter().product()];
-        for (i, o) in out.iter_mut().enumerate() {
-            let (k, ox, oy, n) =
-                (i % osh[3], (i / osh[3]) % osh[2], (i / (osh[3] * osh[2])) % osh[1], i / (osh[3] * osh[2] * osh[1]));
-            let mut s = b.map_or(0.0, |b| b[k]);
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let iy = (oy * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
-                    let ix = (ox * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
-                    if iy < 0 || ix < 0 || iy >= ish[1] as isize || ix >= ish[2] as isize {
-                        continue;
-                    }
-                    let xb = ((n * ish[1] + iy as usize) * ish[2] + ix as usize) * ish[3];
-                    if g.depthwise {
-                        s += x[xb + k / go] * w[(ky * kw + kx) * osh[3] + k];
-                    } else {
-                        for ci in 0..cin {
-                            s += x[xb + (k / go) * cin + ci] * w[((k * kh + ky) * kw + kx) * cin + ci];
-                        }
+        let (k, ox, oy, n) =
+            (i % osh[3], (i / osh[3]) % osh[2], (i / (osh[3] * osh[2])) % osh[1], i / (osh[3] * osh[2] * osh[1]));
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let iy = (oy * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
+                let ix = (ox * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
+                if iy < 0 || ix < 0 || iy >= ish[1] as isize || ix >= ish[2] as isize {
+                    continue;
+                }
+                let xb = ((n * ish[1] + iy as usize) * ish[2] + ix as usize) * ish[3];
+                if g.depthwise {
+                    f(xb + k / go, (ky * kw + kx) * osh[3] + k);
+                } else {
+                    for ci in 0..cin {
+                        f(xb + (k / go) * cin + ci, ((k * kh + ky) * kw + kx) * cin + ci);
                     }
                 }
             }
+        }
+    }
+
+    /// The convolution in the kernels' order (bias, then `ky`, `kx`, input channel), in f32.
+    pub fn naive(g: &ConvGeom, x: &[f32], ish: &[usize], w: &[f32], b: Option<&[f32]>, osh: &[usize]) -> Vec<f32> {
+        let mut out = vec![0f32; osh.iter().product()];
+        for (i, o) in out.iter_mut().enumerate() {
+            let mut s = b.map_or(0.0, |b| b[i % osh[3]]);
+            naive_terms(g, ish, osh, i, |xi, wi| s += x[xi] * w[wi]);
             *o = s;
         }
         out

@@ -224,7 +224,7 @@ mod tests {
 #[cfg(test)]
 mod conv_tests {
     use super::*;
-    use crate::runtime::kernels::conv::tests::{geometries, pools};
+    use crate::runtime::kernels::conv::tests::{geometries, naive_terms, pools};
     use crate::runtime::simd::available_isas;
 
     /// Deterministic int8 values (xorshift).
@@ -251,30 +251,10 @@ mod conv_tests {
         osh: &[usize],
         z: (i32, i32),
     ) -> Vec<i32> {
-        let (kh, kw, go, cin) = (g.kernel[0], g.kernel[1], g.group_out, g.group_in);
         let mut out = vec![0i32; osh.iter().product()];
         for (i, o) in out.iter_mut().enumerate() {
-            let (k, ox, oy, n) =
-                (i % osh[3], (i / osh[3]) % osh[2], (i / (osh[3] * osh[2])) % osh[1], i / (osh[3] * osh[2] * osh[1]));
-            let mut s = b.map_or(0, |b| b[k]);
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let iy = (oy * g.stride[0] + ky * g.dilation[0]) as isize - g.padding[0] as isize;
-                    let ix = (ox * g.stride[1] + kx * g.dilation[1]) as isize - g.padding[3] as isize;
-                    if iy < 0 || ix < 0 || iy >= ish[1] as isize || ix >= ish[2] as isize {
-                        continue;
-                    }
-                    let xb = ((n * ish[1] + iy as usize) * ish[2] + ix as usize) * ish[3];
-                    if g.depthwise {
-                        s += (x[xb + k / go] as i32 - z.0) * (w[(ky * kw + kx) * osh[3] + k] as i32 - z.1);
-                    } else {
-                        for ci in 0..cin {
-                            let wv = w[((k * kh + ky) * kw + kx) * cin + ci] as i32 - z.1;
-                            s += (x[xb + (k / go) * cin + ci] as i32 - z.0) * wv;
-                        }
-                    }
-                }
-            }
+            let mut s = b.map_or(0, |b| b[i % osh[3]]);
+            naive_terms(g, ish, osh, i, |xi, wi| s += (x[xi] as i32 - z.0) * (w[wi] as i32 - z.1));
             *o = s;
         }
         out
