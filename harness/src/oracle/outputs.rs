@@ -128,15 +128,12 @@ impl Tolerance {
         self.step.is_none() && (self.acc_len.max(1) as f64 + 2.0) * m >= max
     }
 
-    /// A magnitude no larger than the twin's, from the reference value `r` alone. The exact
-    /// value is at most `M` in size, and the reference's `k` roundings to the compute type
-    /// move it by at most `((1 + u_c)^k - 1) M`, so `|r| <= (1 + u_c)^k M_exact`; the twin's own
-    /// f32 roundings put its `M` at least `(1 - 2^-24)^k M_exact`. Dividing by
-    /// `(1 + u_c)^(2k + 2)` covers both (`u_c = 2^-24` for fp32).
-    pub fn magnitude_floor(&self, r: f64) -> f64 {
-        r.abs() / self.floor_divisor()
-    }
-
+    /// `|r| / floor_divisor()` is a magnitude no larger than the twin's, from the reference
+    /// value `r` alone. The exact value is at most `M` in size, and the reference's `k`
+    /// roundings to the compute type move it by at most `((1 + u_c)^k - 1) M`, so
+    /// `|r| <= (1 + u_c)^k M_exact`; the twin's own f32 roundings put its `M` at least
+    /// `(1 - 2^-24)^k M_exact`. Dividing by `(1 + u_c)^(2k + 2)` covers both (`u_c = 2^-24`
+    /// for fp32).
     fn floor_divisor(&self) -> f64 {
         let u = match self.compute {
             ElemType::F16 | ElemType::Bf16 => unit_roundoff(self.compute),
@@ -169,8 +166,8 @@ impl Tolerance {
 /// Compares one delegate output with the reference. `None` when equal within tolerance;
 /// otherwise the full difference, every mismatching element (up to 64 listed).
 /// `magnitude` (the twin's evaluation, as costly as the reference's) is asked for only when
-/// some element is beyond its bound at [`Tolerance::magnitude_floor`], a magnitude no larger
-/// than the twin's: an element within it passes whatever the magnitude.
+/// some element is beyond its bound at the magnitude floor `|ref| / (1 + u_c)^(2k + 2)`, a
+/// magnitude no larger than the twin's: an element within it passes whatever the magnitude.
 pub fn compare(
     reference: &Tensor,
     got: &Tensor,
@@ -217,7 +214,7 @@ fn compare_known(
     };
     let g = got.values_f64();
     let out_dt = reference.dtype();
-    // `tol.bound(out_dt, r, tol.magnitude_floor(r))` with its constants computed once.
+    // `tol.bound(out_dt, r, |r| / divisor)` with its constants computed once.
     let ((c1, c2), divisor) = (tol.coefficients(), tol.floor_divisor());
     // The common case first, in one pass: every element finite and within its bound at the
     // magnitude floor (a NaN or infinity on either side makes the difference NaN or infinite,
