@@ -71,11 +71,6 @@ pub enum Owned {
 impl Owned {
     /// `n` zeros, written by the pool's threads (see `simd::zeros_par`).
     pub fn zeros_par(pool: &crate::runtime::pool::Pool, dt: Dt, n: usize) -> Owned {
-        // The split `simd::zeros_par` asks for: when it is a single task, a plain zeroed
-        // allocation does the same without the split's bookkeeping.
-        if pool.runs_inline(n, n.saturating_mul(2 * dt.size()), 1024, false) {
-            return Owned::zeros(dt, n);
-        }
         match dt {
             Dt::F32 => Owned::F32(simd::zeros_par(pool, n)),
             Dt::F16 => Owned::F16(simd::zeros_par(pool, n)),

@@ -141,13 +141,18 @@ pub fn cast_mut<T: Pod>(lines: &mut [Line]) -> &mut [T] {
 /// `n` zeros, written by the pool's threads in the halves (thirds...) an elementwise operator
 /// over `n` elements is split into, so each part of a large output is zeroed in the L2 of the
 /// core that writes it next instead of by the caller alone (a 1 MiB memset was 18% of a
-/// 1-thread RMSNorm, and serial at every thread count). Small buffers are zeroed inline.
+/// 1-thread RMSNorm, and serial at every thread count). Small buffers are a plain zeroed
+/// allocation (no split to build).
 pub fn zeros_par<T: Pod + Default + Send + Sync>(pool: &super::pool::Pool, n: usize) -> Vec<T> {
+    let bytes = n.saturating_mul(2 * std::mem::size_of::<T>());
+    if pool.runs_inline(n, bytes, 1024, false) {
+        return vec![T::default(); n];
+    }
     let mut v: Vec<T> = Vec::with_capacity(n);
     let written = std::sync::atomic::AtomicUsize::new(0);
     {
         let spare = &mut v.spare_capacity_mut()[..n];
-        let split = pool.split(n, n.saturating_mul(2 * std::mem::size_of::<T>()), 1024, false);
+        let split = pool.split(n, bytes, 1024, false);
         let parts = Parts::new(spare, split.bounds);
         pool.run_tasks(parts.len(), &|t| {
             if let Some(c) = parts.take(t) {
