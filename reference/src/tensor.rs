@@ -88,16 +88,6 @@ impl TensorData {
             TensorData::Qs8(v) => TensorData::Qs8(gather_strided(v, shape, strides)),
         }
     }
-
-    /// Gathers `self[idx[k]]` for every k, keeping the element type.
-    pub fn gather(&self, idx: &[usize]) -> TensorData {
-        match self {
-            TensorData::F32(v) => TensorData::F32(idx.iter().map(|&i| v[i]).collect()),
-            TensorData::F16(v) => TensorData::F16(idx.iter().map(|&i| v[i]).collect()),
-            TensorData::Bf16(v) => TensorData::Bf16(idx.iter().map(|&i| v[i]).collect()),
-            TensorData::Qs8(v) => TensorData::Qs8(idx.iter().map(|&i| v[i]).collect()),
-        }
-    }
 }
 
 /// A concrete tensor. `shape` is logical (NCHW for 4-D); `data` is laid out in `format`.
@@ -232,11 +222,6 @@ impl Tensor {
             s *= shape[d];
         }
         strides
-    }
-
-    /// Physical index of every element, listed in logical row-major order.
-    pub fn logical_to_physical(shape: &[usize], format: MemoryFormat) -> Vec<usize> {
-        strided_indices(shape, &Self::physical_strides(shape, format))
     }
 
     /// The same values stored in another memory format.
