@@ -32,6 +32,11 @@ enum Cmd {
     Mutants(mutants::MutantsArgs),
 }
 
+// Checking a small case makes about a thousand short-lived allocations (tensors, programs,
+// payloads); mimalloc serves them in a fraction of the system allocator's instructions.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
