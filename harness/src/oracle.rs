@@ -4,8 +4,8 @@
 //!   SIMD and fallback paths, within a derived per-dtype tolerance;
 //! - [`errors`]: both sides accept and reject the same graphs and runs, with the same
 //!   [`reference::graph::ErrorClass`];
-//! - [`bytes`]: serialization is deterministic (two writes per segment), load then
-//!   re-serialize is the identity, GAP-only programs are identical across modes;
+//! - [`bytes`]: load then re-serialize is the identity (which also shows the writer gives
+//!   equal graphs equal bytes), GAP-only programs are identical across modes;
 //! - [`structure`]: each mode's summary obeys the mode's rules.
 //!
 //! A failure is labelled `<oracle>/<kind>` (for example `outputs/mismatch`,
