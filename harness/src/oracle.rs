@@ -171,7 +171,7 @@ impl CheckOptions {
 }
 
 /// The reference's view of one run: inputs, outputs (or its error) and, computed on first
-/// use, the outputs as f64 and the magnitudes of the outputs (see `patterns`).
+/// use, the outputs as f64 and the magnitude twin's values (see `patterns`).
 pub struct RefRun<'a> {
     pub shapes: Vec<Vec<usize>>,
     pub inputs: Vec<Tensor>,
@@ -179,7 +179,9 @@ pub struct RefRun<'a> {
     case: &'a Case,
     built: &'a Built,
     values: std::cell::OnceCell<Vec<Vec<f64>>>,
-    magnitude: std::cell::OnceCell<Option<(Vec<Tensor>, f64)>>,
+    /// The twin's value of every node, and the ids of the graph's outputs among them.
+    twin: std::cell::OnceCell<Option<(Vec<Tensor>, Vec<usize>)>>,
+    peak: std::cell::OnceCell<f64>,
 }
 
 impl RefRun<'_> {
@@ -190,31 +192,30 @@ impl RefRun<'_> {
         self.values.get_or_init(|| outs.iter().map(|t| t.values_f64()).collect()).get(o).map(|v| v.as_slice())
     }
 
-    /// The magnitude twin's outputs (None for qs8 and invalid cases, or if it failed).
-    pub fn magnitude(&self) -> Option<&Vec<Tensor>> {
-        self.magnitudes().map(|(m, _)| m)
+    /// The magnitude twin's output `o` (None for qs8 and invalid cases, or if it failed).
+    pub fn magnitude(&self, o: usize) -> Option<&Tensor> {
+        let (all, outputs) = self.twin()?;
+        all.get(*outputs.get(o)?)
     }
 
     /// The largest finite magnitude of any value in the graph (every node, not only the
     /// outputs): where it nears the largest finite value, a partial sum may overflow.
+    /// Asked for only when some output is not finite.
     pub fn peak_magnitude(&self) -> f64 {
-        self.magnitudes().map_or(0.0, |(_, p)| *p)
+        *self.peak.get_or_init(|| {
+            self.twin().map_or(0.0, |(all, _)| {
+                all.iter().flat_map(|t| t.values_f64()).filter(|v| v.is_finite()).fold(0.0f64, |a, v| a.max(v.abs()))
+            })
+        })
     }
 
-    fn magnitudes(&self) -> Option<&(Vec<Tensor>, f64)> {
-        self.magnitude
+    fn twin(&self) -> Option<&(Vec<Tensor>, Vec<usize>)> {
+        self.twin
             .get_or_init(|| {
                 self.outputs.as_ref().ok()?;
                 let g = self.built.magnitude(self.case)?;
                 let inputs = patterns::magnitude_inputs(self.case, &self.inputs);
-                let all = engine::reference_all(g, &inputs).ok()?;
-                let peak = all
-                    .iter()
-                    .flat_map(|t| t.values_f64())
-                    .filter(|v| v.is_finite())
-                    .fold(0.0f64, |a, v| a.max(v.abs()));
-                let outs = g.outputs.iter().map(|&o| all[o].clone()).collect();
-                Some((outs, peak))
+                Some((engine::reference_all(g, &inputs).ok()?, g.outputs.clone()))
             })
             .as_ref()
     }
@@ -248,8 +249,8 @@ pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
         let inputs = case_inputs(case, built, r, &shapes)?;
         let outputs = engine::reference(&built.graph, &inputs);
-        let (values, magnitude) = Default::default();
-        runs.push(RefRun { shapes, inputs, outputs, case, built, values, magnitude });
+        let (values, twin, peak) = Default::default();
+        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak });
     }
     Ok(runs)
 }

@@ -388,7 +388,7 @@ pub fn execute(
                         continue;
                     }
                     for (o, (w, g)) in want.iter().zip(&got).enumerate() {
-                        let mut mag = || run.magnitude().and_then(|m| m.get(o)).map(|t| t.values_f64());
+                        let mut mag = || run.magnitude(o).map(|t| t.values_f64());
                         let mut peak = || run.peak_magnitude();
                         if let Some(d) = compare_known(
                             w,
