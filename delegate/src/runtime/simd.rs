@@ -959,15 +959,19 @@ pub struct Window {
     pub col: usize,
 }
 
-/// One pixel's block of `len <= B` outputs from `j` on, kept in registers across every row
-/// of every run: `acc[j + t] = start[j + t] + sum over rows of x * w[col + j + t]`, rows in
-/// order. The filter columns past `len` must exist (`col + j + B <= ld`): padding, computed
-/// and dropped. Partial loads and stores are element loops over the fixed `B`, not copies of
-/// a run-time length (which would be calls to `memcpy`).
+/// The blocks of `len <= B` outputs from `j` on of `P` consecutive pixels (outputs `n` apart in
+/// `acc`), kept in registers across every row of every run: `acc[q n + j + t] = start[j + t] +
+/// sum over rows of x_q * w[col + j + t]`, rows in order, for each pixel `q < P`. Each filter
+/// row is loaded once for the `P` pixels (a convolution's few output channels make one pixel's
+/// block a single register, and the per-run and per-block bookkeeping is then shared by `P`
+/// pixels instead of paid by each). The filter columns past `len` must exist
+/// (`col + j + B <= ld`): padding, computed and dropped. Partial loads and stores are element
+/// loops over the fixed `B`, not copies of a run-time length (which would be calls to `memcpy`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn window_block<T: Lane, X: Copy, const B: usize>(
+fn window_block<T: Lane, X: Copy, const B: usize, const P: usize>(
     acc: &mut [T],
+    n: usize,
     start: Start<T>,
     x: &[X],
     xv: impl Fn(X) -> T,
@@ -976,42 +980,161 @@ fn window_block<T: Lane, X: Copy, const B: usize>(
     j: usize,
     len: usize,
 ) {
-    let mut r = [T::default(); B];
-    let acc = &mut acc[j..j + len];
-    let from = match start {
-        Start::Acc => Some(&*acc),
-        Start::Zero => None,
-        Start::From(b) => Some(&b[j..j + len]),
-    };
-    if let Some(from) = from {
-        for t in 0..B {
-            if t < len {
-                r[t] = from[t];
+    let mut r = [[T::default(); B]; P];
+    for (q, rq) in r.iter_mut().enumerate() {
+        let from = match start {
+            Start::Acc => Some(&acc[q * n + j..q * n + j + len]),
+            Start::Zero => None,
+            Start::From(b) => Some(&b[j..j + len]),
+        };
+        if let Some(from) = from {
+            for t in 0..B {
+                if t < len {
+                    rq[t] = from[t];
+                }
             }
         }
     }
     let c = win.col + j;
     assert!(c + B <= win.ld, "product block outside the filter rows");
     for run in 0..win.runs {
-        let xs = &x[run * win.x_step..][..win.len];
         let ws = &w[run * win.w_step..][..win.len * win.ld];
-        for (&s, row) in xs.iter().zip(ws.chunks_exact(win.ld)) {
-            let (s, wr) = (xv(s), &row[c..c + B]);
-            for t in 0..B {
-                r[t] = r[t].mul_add(s, wr[t]);
+        let xs: [&[X]; P] = std::array::from_fn(|q| &x[q * win.pixel_step + run * win.x_step..][..win.len]);
+        for (i, row) in (0..win.len).zip(ws.chunks_exact(win.ld)) {
+            let wr = &row[c..c + B];
+            for q in 0..P {
+                let s = xv(xs[q][i]);
+                for t in 0..B {
+                    r[q][t] = r[q][t].mul_add(s, wr[t]);
+                }
             }
         }
     }
-    for t in 0..B {
-        if t < len {
-            acc[t] = r[t];
+    for (q, rq) in r.iter().enumerate() {
+        let a = &mut acc[q * n + j..q * n + j + len];
+        for t in 0..B {
+            if t < len {
+                a[t] = rq[t];
+            }
         }
     }
 }
 
-/// Every pixel of a [`Window`]: blocks of 16, 8 and 4 outputs, a ragged end as one more
-/// 4-wide block when the filter rows have room for it (packed filters are padded to a
-/// multiple of 4 columns), else one output at a time.
+/// The outputs of `P` consecutive pixels (`n` each, from `acc[0]` on, the first pixel's inputs
+/// from `x[0]` on): blocks of 16, 8 and 4 outputs, a ragged end as one more 4-wide block when
+/// the filter rows have room for it (packed filters are padded to a multiple of 4 columns),
+/// else one output at a time.
+#[inline(always)]
+fn window_pixels<T: Lane, X: Copy, const P: usize>(
+    acc: &mut [T],
+    n: usize,
+    start: Start<T>,
+    x: &[X],
+    xv: impl Fn(X) -> T + Copy,
+    w: &[T],
+    win: &Window,
+) {
+    let mut j = 0;
+    while j + 16 <= n {
+        window_block::<T, X, 16, P>(acc, n, start, x, xv, w, win, j, 16);
+        j += 16;
+    }
+    if j + 8 <= n {
+        window_block::<T, X, 8, P>(acc, n, start, x, xv, w, win, j, 8);
+        j += 8;
+    }
+    if j + 4 <= n {
+        window_block::<T, X, 4, P>(acc, n, start, x, xv, w, win, j, 4);
+        j += 4;
+    }
+    if j < n && win.col + j + 4 <= win.ld {
+        window_block::<T, X, 4, P>(acc, n, start, x, xv, w, win, j, n - j);
+        j = n;
+    }
+    while j < n {
+        window_block::<T, X, 1, P>(acc, n, start, x, xv, w, win, j, 1);
+        j += 1;
+    }
+}
+
+/// `P` consecutive pixels of a [`Window`] whose filter rows are exactly `L` columns from column
+/// 0 (`ld == L`, `col == 0`, `n <= L` outputs per pixel): one block of `L` accumulators per
+/// pixel, rows of a compile-time width. A convolution's few output channels (packed to 4 or 8
+/// columns) on a small image make windows of a pixel or two and a handful of rows, where the
+/// general path's block and bounds bookkeeping cost several times the arithmetic.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize>(
+    acc: &mut [T],
+    n: usize,
+    start: Start<T>,
+    x: &[X],
+    xv: impl Fn(X) -> T,
+    w: &[T],
+    win: &Window,
+) {
+    let mut r = [[T::default(); L]; P];
+    for (q, rq) in r.iter_mut().enumerate() {
+        let from = match start {
+            Start::Acc => Some(&acc[q * n..q * n + n]),
+            Start::Zero => None,
+            Start::From(b) => Some(&b[..n]),
+        };
+        if let Some(from) = from {
+            for t in 0..L {
+                if t < n {
+                    rq[t] = from[t];
+                }
+            }
+        }
+    }
+    for run in 0..win.runs {
+        let ws = &w[run * win.w_step..][..win.len * L];
+        let xs: [&[X]; P] = std::array::from_fn(|q| &x[q * win.pixel_step + run * win.x_step..][..win.len]);
+        for (i, wr) in ws.chunks_exact(L).enumerate() {
+            for q in 0..P {
+                let s = xv(xs[q][i]);
+                for t in 0..L {
+                    r[q][t] = r[q][t].mul_add(s, wr[t]);
+                }
+            }
+        }
+    }
+    for (q, rq) in r.iter().enumerate() {
+        let a = &mut acc[q * n..q * n + n];
+        for t in 0..L {
+            if t < n {
+                a[t] = rq[t];
+            }
+        }
+    }
+}
+
+/// Every pixel of a [`Window`] of `L`-column filter rows (see [`window_narrow`]), four at a
+/// time while four are left.
+#[inline(always)]
+fn window_narrow_all<T: Lane, X: Copy, const L: usize>(
+    out: &mut [T],
+    n: usize,
+    start: Start<T>,
+    x: &[X],
+    xv: impl Fn(X) -> T + Copy,
+    w: &[T],
+    win: &Window,
+) {
+    let mut p = 0;
+    while p + 4 <= win.pixels {
+        window_narrow::<T, X, L, 4>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, win);
+        p += 4;
+    }
+    while p < win.pixels {
+        window_narrow::<T, X, L, 1>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, win);
+        p += 1;
+    }
+}
+
+/// Every pixel of a [`Window`], four at a time while four are left (see [`window_block`]),
+/// then one at a time. Each output's sum runs in the same order either way.
 #[inline(always)]
 fn window_body<T: Lane, X: Copy>(
     out: &mut [T],
@@ -1026,29 +1149,21 @@ fn window_body<T: Lane, X: Copy>(
     }
     assert!(out.len().is_multiple_of(win.pixels), "outputs are not whole pixels");
     let n = out.len() / win.pixels;
-    for (p, acc) in out.chunks_exact_mut(n).enumerate() {
-        let xp = &x[p * win.pixel_step..];
-        let mut j = 0;
-        while j + 16 <= n {
-            window_block::<T, X, 16>(acc, start, xp, xv, w, &win, j, 16);
-            j += 16;
+    if win.col == 0 && n <= win.ld {
+        match win.ld {
+            4 => return window_narrow_all::<T, X, 4>(out, n, start, x, xv, w, &win),
+            8 => return window_narrow_all::<T, X, 8>(out, n, start, x, xv, w, &win),
+            _ => {}
         }
-        if j + 8 <= n {
-            window_block::<T, X, 8>(acc, start, xp, xv, w, &win, j, 8);
-            j += 8;
-        }
-        if j + 4 <= n {
-            window_block::<T, X, 4>(acc, start, xp, xv, w, &win, j, 4);
-            j += 4;
-        }
-        if j < n && win.col + j + 4 <= win.ld {
-            window_block::<T, X, 4>(acc, start, xp, xv, w, &win, j, n - j);
-            j = n;
-        }
-        while j < n {
-            window_block::<T, X, 1>(acc, start, xp, xv, w, &win, j, 1);
-            j += 1;
-        }
+    }
+    let mut p = 0;
+    while p + 4 <= win.pixels {
+        window_pixels::<T, X, 4>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, &win);
+        p += 4;
+    }
+    while p < win.pixels {
+        window_pixels::<T, X, 1>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, &win);
+        p += 1;
     }
 }
 

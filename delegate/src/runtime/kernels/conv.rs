@@ -505,6 +505,11 @@ pub(super) mod tests {
             v.push((geom([1, 1], [0; 4], 1, 3, go), [2, 5, 3, 3]));
             v.push((geom([3, 3], [1; 4], 1, 2, go), [1, 6, 5, 2]));
         }
+        // Rows wide enough for the kernels' four-pixel blocks (interiors of 9 and 10 pixels).
+        for go in [1, 4, 5, 8, 17] {
+            v.push((geom([3, 3], [1; 4], 1, 3, go), [1, 3, 11, 3]));
+            v.push((geom([1, 1], [0; 4], 1, 2, go), [2, 2, 10, 2]));
+        }
         v.push((geom([3, 3], [1; 4], 1, 8, 7), [2, 4, 5, 8]));
         v.push((geom([1, 1], [1, 0, 0, 1], 1, 3, 5), [1, 3, 4, 3]));
         v.push((geom([5, 5], [2; 4], 1, 2, 6), [1, 3, 3, 2]));
