@@ -207,10 +207,7 @@ impl Acc {
 
     #[inline]
     fn add(&mut self, x: f64) {
-        let t = self.s + x;
-        let bp = t - self.s;
-        self.c += (self.s - (t - bp)) + (x - bp);
-        self.s = t;
+        two_sum(&mut self.s, &mut self.c, x);
     }
 
     fn value(self) -> f64 {
@@ -221,6 +218,15 @@ impl Acc {
             self.s + self.c
         }
     }
+}
+
+/// One step of [`Acc::add`] on a sum `s` and its correction `c` held anywhere.
+#[inline(always)]
+fn two_sum(s: &mut f64, c: &mut f64, x: f64) {
+    let t = *s + x;
+    let bp = t - *s;
+    *c += (*s - (t - bp)) + (x - bp);
+    *s = t;
 }
 
 fn sum(terms: impl IntoIterator<Item = f64>) -> f64 {
@@ -342,62 +348,102 @@ fn conv2d(
     };
     let ys: Vec<_> = (0..kh).map(|i| inside(0, i, h, oh)).collect();
     let xs: Vec<_> = (0..kw).map(|j| inside(1, j, wd, ow)).collect();
-    let mut out = Vec::with_capacity(n * o * oh * ow);
-    // One accumulator per output position of the current (batch, output channel). Each one
-    // is summed in the order ci, kernel row, kernel column, then the bias: the loops below
-    // visit (ci, i, j) in that order and, for each, add the tap to every output it touches.
-    let mut accs = vec![Acc::new(); oh * ow];
-    for ni in 0..n {
-        for oi in 0..o {
-            let g = oi / og;
-            accs.fill(Acc::new());
-            for ci in 0..cg {
-                let xc = &xv[(ni * c + g * cg + ci) * h * wd..][..h * wd];
-                let wc = &wv[(oi * cg + ci) * kh * kw..][..kh * kw];
-                for (i, &(y0, y1)) in ys.iter().enumerate() {
-                    for (j, &(x0, x1)) in xs.iter().enumerate() {
-                        if x0 == x1 {
-                            continue;
-                        }
-                        let we = wc[i * kw + j];
-                        let ix = x0 * st[1] + j * dil[1] - pad[1];
-                        if st == [1, 1] && (x0, x1) == (0, ow) && ow == wd && y0 < y1 {
-                            // Whole input rows feed whole output rows: rows y0..y1 are one
-                            // run in both (the loop below, row by row, adds the same terms).
-                            let iy = y0 + i * dil[0] - pad[0];
-                            let run = &mut accs[y0 * ow..y1 * ow];
-                            let from = &xc[iy * wd..][..run.len()];
-                            for (acc, &xe) in run.iter_mut().zip(from) {
-                                acc.add(xe * we);
+    let (plane, oplane) = (h * wd, oh * ow);
+    // Stride 1 and an output as wide as the input (1x1 and "same" convolutions): output
+    // position k of a tap reads input position k plus a fixed shift, so the tap's terms for
+    // all its output rows are one run. The output columns it misses lie inside that run and
+    // add -0.0 instead (see `add_products_where`); `cols[j][k]`: column j reaches the input
+    // at output position k.
+    let flat = st == [1, 1] && ow == wd;
+    let cols: Vec<Vec<bool>> = match flat {
+        true => xs.iter().map(|&(x0, x1)| (0..oplane).map(|k| (x0..x1).contains(&(k % ow))).collect()).collect(),
+        false => vec![],
+    };
+    let mut out = vec![0.0; n * o * oplane];
+    // One accumulator (sum, correction) per output position of the current output channel,
+    // in every batch. Each one is summed in the order ci, kernel row, kernel column, then the
+    // bias: the loops below visit (ci, i, j) in that order and, for each, add the tap to every
+    // output it touches.
+    let (mut sums, mut comps) = (vec![0.0; n * oplane], vec![0.0; n * oplane]);
+    for oi in 0..o {
+        let g = oi / og;
+        sums.fill(Acc::new().s);
+        comps.fill(Acc::new().c);
+        for ci in 0..cg {
+            let wc = &wv[(oi * cg + ci) * kh * kw..][..kh * kw];
+            for (i, &(y0, y1)) in ys.iter().enumerate() {
+                for (j, &(x0, x1)) in xs.iter().enumerate() {
+                    if y0 == y1 || x0 == x1 {
+                        continue;
+                    }
+                    let we = wc[i * kw + j];
+                    // Input position of the tap's first output (y0, x0).
+                    let (iy0, ix0) = (y0 * st[0] + i * dil[0] - pad[0], x0 * st[1] + j * dil[1] - pad[1]);
+                    for ni in 0..n {
+                        let xc = &xv[(ni * c + g * cg + ci) * plane..][..plane];
+                        let (s, cm) = (&mut sums[ni * oplane..][..oplane], &mut comps[ni * oplane..][..oplane]);
+                        if flat {
+                            let run = y0 * ow + x0..(y1 - 1) * ow + x1;
+                            let from = &xc[iy0 * wd + ix0..][..run.len()];
+                            if x1 - x0 == ow {
+                                add_products(&mut s[run.clone()], &mut cm[run], from, we);
+                            } else {
+                                add_products_where(&mut s[run.clone()], &mut cm[run.clone()], from, we, &cols[j][run]);
                             }
                             continue;
                         }
                         for y in y0..y1 {
-                            let iy = y * st[0] + i * dil[0] - pad[0];
-                            let row = &mut accs[y * ow..][x0..x1];
-                            let from = &xc[iy * wd + ix..];
+                            let iy = iy0 + (y - y0) * st[0];
+                            let row = y * ow + x0..y * ow + x1;
+                            let from = &xc[iy * wd + ix0..];
                             if st[1] == 1 {
-                                for (acc, &xe) in row.iter_mut().zip(&from[..x1 - x0]) {
-                                    acc.add(xe * we);
-                                }
+                                add_products(&mut s[row.clone()], &mut cm[row], &from[..x1 - x0], we);
                             } else {
-                                for (acc, &xe) in row.iter_mut().zip(from.iter().step_by(st[1])) {
-                                    acc.add(xe * we);
+                                let (s, cm) = (&mut s[row.clone()], &mut cm[row]);
+                                for ((s, cm), &xe) in s.iter_mut().zip(cm).zip(from.iter().step_by(st[1])) {
+                                    two_sum(s, cm, xe * we);
                                 }
                             }
                         }
                     }
                 }
             }
-            for acc in &mut accs {
+        }
+        for ni in 0..n {
+            let dst = &mut out[(ni * o + oi) * oplane..][..oplane];
+            let accs = sums[ni * oplane..].iter().zip(&comps[ni * oplane..]);
+            for (d, (&s, &c)) in dst.iter_mut().zip(accs) {
+                let mut acc = Acc { s, c };
                 if let Some(bv) = &bv {
                     acc.add(bv[oi]);
                 }
-                out.push(acc.value());
+                *d = acc.value();
             }
         }
     }
     Tensor::from_f64(out_shape, dtype, None, &out)
+}
+
+/// `two_sum(s[k], c[k], x[k] * w)` for every k: one accumulator per position, as sums and
+/// corrections in two arrays (so the loop vectorizes). Out of line: called with distinct
+/// slices, the loop needs no run-time overlap checks.
+#[inline(never)]
+fn add_products(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64) {
+    for ((s, c), &xe) in s.iter_mut().zip(c).zip(x) {
+        two_sum(s, c, xe * w);
+    }
+}
+
+/// [`add_products`] where only the positions with `keep` set take their product; the others
+/// add -0.0, which leaves their accumulator as skipping them would: `x + -0.0` is `x` for
+/// every x (-0.0, infinities and NaN included), so TwoSum keeps `s` and adds an exact zero to
+/// `c`, whose sign of zero never matters ([`Acc::value`] reads `c` only when it is not zero).
+#[inline(never)]
+fn add_products_where(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64, keep: &[bool]) {
+    for (((s, c), &xe), &k) in s.iter_mut().zip(c).zip(x).zip(keep) {
+        let term = xe * w;
+        two_sum(s, c, if k { term } else { -0.0 });
+    }
 }
 
 /// `linear`: `y[..., n] = sum_k x[..., k] * w[n, k] + b[n]`.
