@@ -17,7 +17,6 @@ use crate::xnn::{
 use reference::graph::{mean_axes, normalize_dims, Graph, Op};
 use reference::{ElemType, MemoryFormat, Tensor, TensorData};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 /// How a constant is laid out in the payload.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
@@ -56,9 +55,16 @@ struct Emitter<'a> {
     pg: &'a PGraph,
     g: &'a Graph,
     xg: XnnGraph,
-    ids: BTreeMap<(usize, u64), u32>,
-    /// External output id of each output root that takes one directly.
-    ext_out: BTreeMap<usize, u32>,
+    /// Id of the value defined for each subgraph node as [`Role::Plain`], indexed by node
+    /// (`INVALID_VALUE_ID` until defined): nearly every value is plain, so a flat table.
+    plain_ids: Vec<u32>,
+    /// Ids of the values defined in other roles (weights, biases): (node, role key, id).
+    role_ids: Vec<(usize, u64, u32)>,
+    /// External output id of each output root that takes one directly, indexed by node
+    /// (`INVALID_VALUE_ID` for none).
+    ext_out: Vec<u32>,
+    /// The implicit quantize reading each node, if any, indexed by node (see `storage`).
+    implicit_quant: Vec<Option<usize>>,
 }
 
 fn unsupported(pg: &PGraph, g: &Graph, i: usize, reason: impl Into<String>) -> LowerError {
@@ -149,12 +155,8 @@ impl<'a> Emitter<'a> {
             let q = spec.quant.map(|q| XQuant::PerTensor { scale: q.scale, zero_point: q.zero_point });
             return (XnnDatatype::Qint8, q);
         }
-        for (k, n) in self.pg.nodes.iter().enumerate() {
-            if n.alive && n.implicit && n.inputs.first() == Some(&root) && self.pg.is_quant(k, self.g) {
-                if let Some(q) = self.pg.qparams(k, self.g) {
-                    return (XnnDatatype::Qint8, Some(XQuant::PerTensor { scale: q.scale, zero_point: q.zero_point }));
-                }
-            }
+        if let Some(q) = self.implicit_quant[root].and_then(|k| self.pg.qparams(k, self.g)) {
+            return (XnnDatatype::Qint8, Some(XQuant::PerTensor { scale: q.scale, zero_point: q.zero_point }));
         }
         (xdtype(spec.dtype), None)
     }
@@ -183,7 +185,7 @@ impl<'a> Emitter<'a> {
     /// Defines the value `i` stands for (once), returning its id.
     fn define(&mut self, i: usize, role: Role) -> Result<u32, LowerError> {
         let root = self.pg.resolve(i, self.g);
-        if let Some(&id) = self.ids.get(&(root, role.key())) {
+        if let Some(id) = self.defined(root, role) {
             return Ok(id);
         }
         let node = &self.pg.nodes[root];
@@ -248,9 +250,9 @@ impl<'a> Emitter<'a> {
         }
         let (external_id, flags) = match node.kind {
             Kind::Placeholder { ext, .. } => (ext as u32, VALUE_FLAG_EXTERNAL_INPUT),
-            _ => match self.ext_out.get(&root) {
-                Some(&e) => (e, VALUE_FLAG_EXTERNAL_OUTPUT),
-                None => (INVALID_VALUE_ID, 0),
+            _ => match self.ext_out[root] {
+                INVALID_VALUE_ID => (INVALID_VALUE_ID, 0),
+                e => (e, VALUE_FLAG_EXTERNAL_OUTPUT),
             },
         };
         let id = self.xg.values.len() as u32;
@@ -260,8 +262,22 @@ impl<'a> Emitter<'a> {
         } else if flags == VALUE_FLAG_EXTERNAL_OUTPUT {
             self.xg.output_ids.push(id);
         }
-        self.ids.insert((root, role.key()), id);
+        match role {
+            Role::Plain => self.plain_ids[root] = id,
+            _ => self.role_ids.push((root, role.key(), id)),
+        }
         Ok(id)
+    }
+
+    /// The id of the value already defined for `root` in `role`, if any.
+    fn defined(&self, root: usize, role: Role) -> Option<u32> {
+        match role {
+            Role::Plain => Some(self.plain_ids[root]).filter(|&id| id != INVALID_VALUE_ID),
+            _ => {
+                let key = role.key();
+                self.role_ids.iter().find(|&&(r, k, _)| r == root && k == key).map(|&(_, _, id)| id)
+            }
+        }
     }
 
     fn push(&mut self, i: usize, kind: XNodeKind, output_min_max: Option<(f32, f32)>) {
@@ -572,7 +588,7 @@ impl<'a> Emitter<'a> {
 /// Serializes one delegate's post-pass subgraph.
 pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, LowerError> {
     let num_inputs = pg.num_inputs;
-    let mut ext_out = BTreeMap::new();
+    let mut ext_out = vec![INVALID_VALUE_ID; pg.nodes.len()];
     // Outputs whose value is an input, a constant, or an earlier output get their own
     // value through an XNNCopy (ExecuTorch refuses such pass-throughs).
     let mut needs_copy = Vec::new();
@@ -582,10 +598,10 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
         }
         let root = pg.resolve(o, g);
         let is_in = matches!(pg.nodes[root].kind, Kind::Placeholder { .. } | Kind::Param { .. });
-        if is_in || ext_out.contains_key(&root) {
+        if is_in || ext_out[root] != INVALID_VALUE_ID {
             needs_copy.push((k, root));
         } else {
-            ext_out.insert(root, (num_inputs + k) as u32);
+            ext_out[root] = (num_inputs + k) as u32;
         }
     }
     let xg = XnnGraph {
@@ -594,7 +610,26 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
         constant_data: vec![ConstantDataOffset { offset: 0, size: 0, named_key: Some(String::new()) }],
         ..Default::default()
     };
-    let mut e = Emitter { pg, g, xg, ids: BTreeMap::new(), ext_out };
+    // A value feeding an implicit quantize is stored as qint8 with that quantize's params
+    // (`QuantParams.from_outputs`): the first such live quantize in node order.
+    let mut implicit_quant = vec![None; pg.nodes.len()];
+    for (k, n) in pg.nodes.iter().enumerate() {
+        if let Some(&root) = n.inputs.first() {
+            let quantizes = n.alive && n.implicit && pg.is_quant(k, g) && pg.qparams(k, g).is_some();
+            if quantizes && implicit_quant[root].is_none() {
+                implicit_quant[root] = Some(k);
+            }
+        }
+    }
+    let mut e = Emitter {
+        pg,
+        g,
+        xg,
+        plain_ids: vec![INVALID_VALUE_ID; pg.nodes.len()],
+        role_ids: Vec::new(),
+        ext_out,
+        implicit_quant,
+    };
     for &i in &pg.order {
         if pg.nodes[i].alive {
             e.visit(i)?;
