@@ -7,7 +7,8 @@ use super::LowerOptions;
 use crate::LoweringMode;
 use reference::graph::{mean_axes, normalize_dims, BinaryOp, Graph, NodeId, Op, TensorSpec};
 use reference::{ElemType, MemoryFormat};
-use std::collections::{BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// One delegate: the graph nodes it runs and its hand-offs.
 #[derive(Clone, Debug, PartialEq)]
@@ -495,6 +496,26 @@ struct CycleScratch {
     queue: VecDeque<NodeId>,
 }
 
+/// Merges partition `b` into `a` (each node's partition in `part`) unless the union would
+/// have a cycle; `false` then.
+fn try_merge(u: &Users, part: &mut [Option<usize>], s: &mut CycleScratch, a: usize, b: usize) -> bool {
+    if a == b {
+        return true;
+    }
+    for (m, p) in s.mask.iter_mut().zip(part.iter()) {
+        *m = *p == Some(a) || *p == Some(b);
+    }
+    if has_cycle(u, &s.mask, &mut s.seen, &mut s.queue) {
+        return false;
+    }
+    for p in part.iter_mut() {
+        if *p == Some(b) {
+            *p = Some(a);
+        }
+    }
+    true
+}
+
 /// Whether the node set `m` (a mask) has a path that leaves it and comes back.
 fn has_cycle(u: &Users, m: &[bool], seen: &mut [bool], q: &mut VecDeque<NodeId>) -> bool {
     let n = m.len();
@@ -528,44 +549,23 @@ fn has_cycle(u: &Users, m: &[bool], seen: &mut [bool], q: &mut VecDeque<NodeId>)
 /// static-quant group cannot be kept in one partition.
 fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>]) -> Result<Vec<Vec<NodeId>>, NodeId> {
     let n = g.nodes.len();
+    // Each claimed node starts as its own partition, numbered in node order; a merge
+    // relabels the second partition's nodes with the first one's number.
     let mut part: Vec<Option<usize>> = vec![None; n];
-    let mut members: Vec<Vec<NodeId>> = Vec::new();
-    let mut scratch = CycleScratch { mask: vec![false; n], seen: vec![false; n], queue: VecDeque::new() };
-    let try_merge = |part: &mut Vec<Option<usize>>,
-                     members: &mut Vec<Vec<NodeId>>,
-                     s: &mut CycleScratch,
-                     a: usize,
-                     b: usize|
-     -> bool {
-        if a == b {
-            return true;
-        }
-        s.mask.fill(false);
-        for &x in members[a].iter().chain(&members[b]) {
-            s.mask[x] = true;
-        }
-        if has_cycle(u, &s.mask, &mut s.seen, &mut s.queue) {
-            return false;
-        }
-        let moved = std::mem::take(&mut members[b]);
-        for &x in &moved {
-            part[x] = Some(a);
-        }
-        members[a].extend(moved);
-        true
-    };
+    let mut count = 0;
     for id in 0..n {
         if claimed[id] {
-            part[id] = Some(members.len());
-            members.push(vec![id]);
+            part[id] = Some(count);
+            count += 1;
         }
     }
+    let mut scratch = CycleScratch { mask: vec![false; n], seen: vec![false; n], queue: VecDeque::new() };
     for grp in groups {
         let anchor = grp.iter().copied().find(|&m| !matches!(g.nodes[m].op, Op::Quantize(_) | Op::Dequantize(_)));
         let anchor = anchor.unwrap_or(grp[0]);
         for &m in grp {
             let (Some(a), Some(b)) = (part[anchor], part[m]) else { return Err(anchor) };
-            if !try_merge(&mut part, &mut members, &mut scratch, a, b) {
+            if !try_merge(u, &mut part, &mut scratch, a, b) {
                 return Err(anchor);
             }
         }
@@ -581,15 +581,19 @@ fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>
                 continue;
             }
             if let (Some(a), Some(b)) = (part[i], part[id]) {
-                try_merge(&mut part, &mut members, &mut scratch, a, b);
+                try_merge(u, &mut part, &mut scratch, a, b);
             }
         }
     }
-    let mut out: Vec<Vec<NodeId>> = members.into_iter().filter(|m| !m.is_empty()).collect();
-    for m in &mut out {
-        m.sort_unstable();
+    // Partitions in the order of their numbers, members ascending.
+    let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); count];
+    for (id, p) in part.iter().enumerate() {
+        if let Some(p) = *p {
+            members[p].push(id);
+        }
     }
-    Ok(out)
+    members.retain(|m| !m.is_empty());
+    Ok(members)
 }
 
 /// Orders delegates and portable ops so every value is produced before it is read,
@@ -634,40 +638,48 @@ fn order_units(
         }
     }
     let m = units.len();
-    // Each unit's distinct producer units, ascending.
-    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); m];
+    // Dependency edges (consumer unit, producer unit), each once, in one flat list.
+    let mut edges: Vec<(usize, usize)> = Vec::new();
     for id in 0..n {
         let Some(k) = unit_of[id] else { continue };
         for &i in &g.nodes[id].inputs {
             if let Some(j) = unit_of[i] {
                 if j != k {
-                    deps[k].push(j);
+                    edges.push((k, j));
                 }
             }
         }
     }
-    for d in &mut deps {
-        d.sort_unstable();
-        d.dedup();
+    edges.sort_unstable();
+    edges.dedup();
+    let mut indeg = vec![0usize; m];
+    // `dependents[start[j]..start[j + 1]]`: the units reading unit `j`, ascending.
+    let mut start = vec![0usize; m + 1];
+    for &(k, j) in &edges {
+        indeg[k] += 1;
+        start[j + 1] += 1;
     }
-    let mut indeg: Vec<usize> = deps.iter().map(|d| d.len()).collect();
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); m];
-    for (k, d) in deps.iter().enumerate() {
-        for &j in d {
-            dependents[j].push(k);
-        }
+    for j in 0..m {
+        start[j + 1] += start[j];
     }
-    let mut ready: BTreeSet<(NodeId, usize)> = (0..m).filter(|&k| indeg[k] == 0).map(|k| (units[k].0, k)).collect();
+    let mut fill = start.clone();
+    let mut dependents = vec![0usize; edges.len()];
+    for &(k, j) in &edges {
+        dependents[fill[j]] = k;
+        fill[j] += 1;
+    }
+    // The ready unit whose first node comes earliest goes next (keys are unique).
+    let mut ready: BinaryHeap<Reverse<(NodeId, usize)>> =
+        (0..m).filter(|&k| indeg[k] == 0).map(|k| Reverse((units[k].0, k))).collect();
     let mut order = Vec::with_capacity(m);
     let mut placed = vec![false; m];
-    while let Some(first) = ready.pop_first() {
-        let k = first.1;
+    while let Some(Reverse((_, k))) = ready.pop() {
         order.push(k);
         placed[k] = true;
-        for &d in &dependents[k] {
+        for &d in &dependents[start[k]..start[k + 1]] {
             indeg[d] -= 1;
             if indeg[d] == 0 {
-                ready.insert((units[d].0, d));
+                ready.push(Reverse((units[d].0, d)));
             }
         }
     }
