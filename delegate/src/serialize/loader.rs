@@ -150,7 +150,7 @@ pub struct Decoded {
 
 /// Loads a payload with `limits`; see the module docs for what is checked.
 pub fn load(bytes: &[u8], limits: &LoadLimits) -> Result<XnnGraph, LoadError> {
-    decode(bytes, limits).map(|d| d.graph)
+    decode_framed(bytes, limits).map(|(_, _, graph)| graph)
 }
 
 /// [`load`] with [`LoadLimits::lenient`]: accepts real ExecuTorch payloads whose constants
@@ -161,6 +161,12 @@ pub fn load_lenient(bytes: &[u8]) -> Result<XnnGraph, LoadError> {
 
 /// [`load`], also returning the header and identifier.
 pub fn decode(bytes: &[u8], limits: &LoadLimits) -> Result<Decoded, LoadError> {
+    let (header, ident, graph) = decode_framed(bytes, limits)?;
+    Ok(Decoded { header, identifier: String::from_utf8_lossy(&ident).into_owned(), graph })
+}
+
+/// [`decode`]'s work: the header (if any), the identifier's bytes and the graph.
+fn decode_framed(bytes: &[u8], limits: &LoadLimits) -> Result<(Option<XnnHeader>, [u8; 4], XnnGraph), LoadError> {
     let (header, fb_bytes, constants, fb_base) = if XnnHeader::has_magic(bytes) {
         let h = XnnHeader::parse(bytes)?;
         (Some(h), h.flatbuffer(bytes), h.constant_data(bytes), h.flatbuffer_offset as usize)
@@ -182,7 +188,7 @@ pub fn decode(bytes: &[u8], limits: &LoadLimits) -> Result<Decoded, LoadError> {
     };
     let root = fb::root_as_xnngraph_with_opts(&opts, fb_bytes).map_err(|e| LoadError::Verify(e.to_string()))?;
     let graph = decode_graph(root, constants, limits)?;
-    Ok(Decoded { header, identifier: String::from_utf8_lossy(&ident).into_owned(), graph })
+    Ok((header, ident, graph))
 }
 
 fn decode_graph(root: fb::XNNGraph<'_>, constants: &[u8], limits: &LoadLimits) -> Result<XnnGraph, LoadError> {
@@ -317,7 +323,7 @@ fn decode_value(i: usize, xv: fb::XValue<'_>) -> Result<XValue, LoadError> {
         return decode_tensor(i, t);
     }
     if let Some(q) = xv.xvalue_union_as_xnnquantized_tensor_value() {
-        let t = q.tensor_value().ok_or(missing("XNNQuantizedTensorValue", "tensor_value", i))?;
+        let t = q.tensor_value().ok_or_else(|| missing("XNNQuantizedTensorValue", "tensor_value", i))?;
         let mut v = decode_tensor(i, t)?;
         let quant = if let Some(p) = q.quant_params_as_per_tensor_quant() {
             QuantParams::PerTensor { scale: p.scale(), zero_point: p.zero_point() }
@@ -594,7 +600,7 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
                 .map(|(input_id, output_id, flags)| GlobalAvgPooling2d { input_id, output_id, flags }),
             nt::STATIC_TRANSPOSE => match xn.xnode_union_as_xnnstatic_transpose() {
                 Some(t) => {
-                    let perm = t.perm().ok_or(missing("XNNStaticTranspose", "perm", i))?;
+                    let perm = t.perm().ok_or_else(|| missing("XNNStaticTranspose", "perm", i))?;
                     if perm.len() > MAX_DIMS || perm.len() != t.num_dims() as usize {
                         return Err(LoadError::DimsMismatch {
                             table: "XNNStaticTranspose node",
@@ -614,7 +620,7 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
             },
             nt::STATIC_RESHAPE => match xn.xnode_union_as_xnnstatic_reshape() {
                 Some(t) => {
-                    let shape = t.new_shape().ok_or(missing("XNNStaticReshape", "new_shape", i))?;
+                    let shape = t.new_shape().ok_or_else(|| missing("XNNStaticReshape", "new_shape", i))?;
                     if shape.len() > MAX_DIMS || shape.len() != t.num_dims() as usize {
                         return Err(LoadError::DimsMismatch {
                             table: "XNNStaticReshape node",
@@ -634,7 +640,7 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
             },
             nt::STATIC_MEAN => match xn.xnode_union_as_xnnstatic_mean() {
                 Some(t) => {
-                    let axes = t.reduction_axes().ok_or(missing("_XNNStaticReduce", "reduction_axes", i))?;
+                    let axes = t.reduction_axes().ok_or_else(|| missing("_XNNStaticReduce", "reduction_axes", i))?;
                     if axes.len() > MAX_DIMS || axes.len() != t.num_reduction_axes() as usize {
                         return Err(LoadError::DimsMismatch {
                             table: "XNNStaticMean node",
@@ -656,7 +662,7 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
             nt::DEPTHWISE_CONV_2D => conv(xn.xnode_union_as_xnndepthwise_conv_2d()).map(DepthwiseConv2d),
             _ => Some(Other { type_id }),
         };
-    let kind = kind.ok_or(missing("XNode", "xnode_union", i))?;
+    let kind = kind.ok_or_else(|| missing("XNode", "xnode_union", i))?;
     let output_min_max = xn.output_min_max().map(|m| (m.output_min(), m.output_max()));
     if let Some((lo, hi)) = output_min_max {
         // NaN bounds are incomparable, so they are refused too.
