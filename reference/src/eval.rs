@@ -453,13 +453,29 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, out_shape: &[usize], dtype
     let bv = b.map(|b| b.values_f64());
     let (nout, k) = (w.shape[0], w.shape[1]);
     let rows = xv.len().checked_div(k).unwrap_or(0);
-    let mut out = Vec::with_capacity(rows * nout);
-    for r in 0..rows {
-        let xr = &xv[r * k..(r + 1) * k];
-        for j in 0..nout {
-            let wr = &wv[j * k..(j + 1) * k];
-            let bias = bv.as_ref().map(|b| b[j]);
-            out.push(sum(xr.iter().zip(wr).map(|(a, b)| a * b).chain(bias)));
+    // The input transposed, `xt[kk * rows + r] = x[r, kk]`: a column of it times one weight
+    // adds term kk of output n to every row at once, so each output still sums its terms in
+    // the order kk, then the bias.
+    let mut xt = vec![0.0; rows * k];
+    for (r, xr) in xv.chunks_exact(k.max(1)).take(rows).enumerate() {
+        for (kk, &xe) in xr.iter().enumerate() {
+            xt[kk * rows + r] = xe;
+        }
+    }
+    let mut out = vec![0.0; rows * nout];
+    let (mut sums, mut comps) = (vec![0.0; rows], vec![0.0; rows]);
+    for n in 0..nout {
+        sums.fill(Acc::new().s);
+        comps.fill(Acc::new().c);
+        for (kk, &we) in wv[n * k..(n + 1) * k].iter().enumerate() {
+            add_products(&mut sums, &mut comps, &xt[kk * rows..(kk + 1) * rows], we);
+        }
+        for (r, (&s, &c)) in sums.iter().zip(&comps).enumerate() {
+            let mut acc = Acc { s, c };
+            if let Some(bv) = &bv {
+                acc.add(bv[n]);
+            }
+            out[r * nout + n] = acc.value();
         }
     }
     Tensor::from_f64(out_shape, dtype, None, &out)

@@ -2,6 +2,7 @@
 //! physical order.
 
 use crate::dtype::{self, ElemType, MemoryFormat, QuantParams};
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
@@ -263,6 +264,9 @@ impl Tensor {
         // read straight from where its format stores each logical element.
         match (&self.data, self.quant) {
             (TensorData::F32(v), _) => self.widen(v, |x| x as f64),
+            // half's slice conversion checks the CPU's features once per slice, not per value.
+            (TensorData::F16(v), _) if self.format == MemoryFormat::Contiguous => v.to_f64_vec(),
+            (TensorData::Bf16(v), _) if self.format == MemoryFormat::Contiguous => v.to_f64_vec(),
             (TensorData::F16(v), _) => self.widen(v, |x| x.to_f64()),
             (TensorData::Bf16(v), _) => self.widen(v, |x| x.to_f64()),
             (TensorData::Qs8(v), Some(q)) => {
