@@ -61,7 +61,19 @@ impl RunOptions {
 
 /// Resolves a requested level to a detected instruction set.
 pub fn resolve_simd(level: SimdLevel) -> Result<simd::Isa, RuntimeError> {
-    if std::env::var("DELEGATE_FORCE_SCALAR").is_ok_and(|v| v == "1") {
+    resolve_simd_with(level, force_scalar())
+}
+
+/// Whether `DELEGATE_FORCE_SCALAR=1` is set. Read once per prepared program (its
+/// reconfigurations reuse the answer): an environment lookup takes the process's environment
+/// lock and copies the value.
+fn force_scalar() -> bool {
+    std::env::var_os("DELEGATE_FORCE_SCALAR").is_some_and(|v| v == "1")
+}
+
+/// [`resolve_simd`] with the environment's override already read.
+fn resolve_simd_with(level: SimdLevel, force_scalar: bool) -> Result<simd::Isa, RuntimeError> {
+    if force_scalar {
         return Ok(simd::Isa::SCALAR);
     }
     match level {

@@ -5,7 +5,7 @@ use super::kernels::{portable, Ctx, Scratch, View};
 use super::plan::{BoundInput, Owned, SegmentPlan, SegmentState};
 use super::pool::Pool;
 use super::simd::Isa;
-use super::{resolve_simd, RunOptions, RuntimeError, SimdLevel};
+use super::{force_scalar, resolve_simd_with, RunOptions, RuntimeError, SimdLevel};
 use crate::program::{LoweredProgram, PortableOp, SlotId, Step};
 use crate::serialize::{self, LoadLimits};
 use crate::xnn::XnnGraph;
@@ -46,6 +46,8 @@ struct Loaded {
     /// `reconfigure` takes one instead of allocating and zeroing its own (the harness runs
     /// each program in several configurations, one after the other).
     spare: Mutex<Vec<RunState>>,
+    /// `DELEGATE_FORCE_SCALAR=1` as it was when the program was prepared.
+    force_scalar: bool,
 }
 
 /// An executable program. `run` takes `&self`; concurrent calls are serialized.
@@ -138,7 +140,8 @@ impl Program {
     /// programs sharing a pool take turns on it.
     pub fn with_pool(lowered: &LoweredProgram, simd: SimdLevel, pool: Arc<Pool>) -> Result<Program, RuntimeError> {
         let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd };
-        let isa = resolve_simd(opts.simd)?;
+        let force_scalar = force_scalar();
+        let isa = resolve_simd_with(opts.simd, force_scalar)?;
         let nslots = lowered.slots.len();
         let check_slot = |s: SlotId, what: &str| {
             if s < nslots {
@@ -222,6 +225,7 @@ impl Program {
             loaded: loaded_graphs,
             last_use,
             spare: Mutex::new(Vec::new()),
+            force_scalar,
         };
         Ok(Program::assemble(Arc::new(l), isa, opts, pool))
     }
@@ -244,10 +248,11 @@ impl Program {
     }
 
     /// The same loaded program at another SIMD level and pool, without serializing, loading
-    /// and planning again (the plans are shared; run-time buffers are not).
+    /// and planning again (the plans are shared; run-time buffers are not). The
+    /// `DELEGATE_FORCE_SCALAR` override is the one read when the program was prepared.
     pub fn reconfigure(&self, simd: SimdLevel, pool: Arc<Pool>) -> Result<Program, RuntimeError> {
         let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd };
-        Ok(Program::assemble(self.l.clone(), resolve_simd(simd)?, opts, pool))
+        Ok(Program::assemble(self.l.clone(), resolve_simd_with(simd, self.l.force_scalar)?, opts, pool))
     }
 
     /// The serialized payload of each delegate segment, in program order.
