@@ -10,6 +10,7 @@
 //! - a [`JobRef`] never outlives the closure it points to ([`scoped_job`] waits for every clone
 //!   to be dropped before it returns or unwinds).
 
+use super::kernels::conv::ConvGeom;
 use half::{bf16, f16};
 use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -1178,6 +1179,34 @@ multiversion! {
 }
 
 multiversion! {
+    /// Output pixels `first..` of a convolution whose windows are products
+    /// ([`ConvGeom::windows`]) into `out` (whole pixels), `shapes` the NHWC input and
+    /// output shapes, `w` the packed filter with rows of `ld`: every window of the chunk in one
+    /// dispatch (a small image's windows are a pixel or two each, and a call per window cost
+    /// more than its arithmetic).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_windows_f32(
+        g: &ConvGeom,
+        shapes: [&[usize]; 2],
+        ld: usize,
+        first: usize,
+        out: &mut [f32],
+        start: Start<f32>,
+        x: &[f32],
+        w: &[f32],
+    ) {
+        let oc = shapes[1][3];
+        if oc == 0 {
+            return;
+        }
+        for (p, xb, wb, win) in g.windows(shapes[0], shapes[1], ld, first, out.len() / oc) {
+            let o = &mut out[p * oc..(p + win.pixels) * oc];
+            window_body(o, start, &x[xb..], |v| v, &w[wb..], win);
+        }
+    }
+}
+
+multiversion! {
     /// [`window_f32`] for qs8: `start + sum (x - zx) * w` in wrapping i32, `w` the packed
     /// filter minus its zero point.
     pub fn window_qs8(out: &mut [i32], start: Start<i32>, x: &[i8], zx: i32, w: &[i32], win: Window) {
@@ -1185,15 +1214,60 @@ multiversion! {
     }
 }
 
+/// Requantization of a qs8 convolution: the output scale multiplier, the fused range in output
+/// quanta (`lo <= hi`) and the output zero point.
+#[derive(Clone, Copy, Debug)]
+pub struct Requant {
+    pub mult: f32,
+    pub lo: f32,
+    pub hi: f32,
+    pub zp: f32,
+}
+
+/// int32 accumulators to qs8: `clamp(round_half_even(clamp(acc * mult, lo, hi)) + zp)` to
+/// [-128, 127] (rounding here is one instruction, not a call to `rintf`).
+#[inline(always)]
+fn requantize_body(acc: &[i32], rq: Requant, out: &mut [i8]) {
+    let acc = &acc[..out.len()];
+    for i in 0..out.len() {
+        let v = (acc[i] as f32 * rq.mult).clamp(rq.lo, rq.hi);
+        out[i] = (v.round_ties_even() + rq.zp).clamp(-128.0, 127.0) as i8;
+    }
+}
+
 multiversion! {
-    /// int32 accumulators to qs8: `clamp(round_half_even(clamp(acc * mult, lo, hi)) + zp)`
-    /// to [-128, 127], `lo <= hi` the fused range in output quanta (a qs8 convolution's
-    /// requantization; rounding here is one instruction, not a call to `rintf`).
-    pub fn requantize(acc: &[i32], mult: f32, lo: f32, hi: f32, zp: f32, out: &mut [i8]) {
-        let acc = &acc[..out.len()];
-        for i in 0..out.len() {
-            let v = (acc[i] as f32 * mult).clamp(lo, hi);
-            out[i] = (v.round_ties_even() + zp).clamp(-128.0, 127.0) as i8;
+    /// int32 accumulators to qs8 (see [`Requant`]).
+    pub fn requantize(acc: &[i32], rq: Requant, out: &mut [i8]) {
+        requantize_body(acc, rq, out);
+    }
+}
+
+multiversion! {
+    /// [`conv_windows_f32`] for qs8: each window's int32 sums `start + sum (x - zx) * w` (`w`
+    /// the packed filter minus its zero point) into `acc` (scratch of at least a window's
+    /// outputs), then requantized into `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_windows_qs8(
+        g: &ConvGeom,
+        shapes: [&[usize]; 2],
+        ld: usize,
+        first: usize,
+        out: &mut [i8],
+        acc: &mut [i32],
+        start: Start<i32>,
+        x: &[i8],
+        zx: i32,
+        w: &[i32],
+        rq: Requant,
+    ) {
+        let oc = shapes[1][3];
+        if oc == 0 {
+            return;
+        }
+        for (p, xb, wb, win) in g.windows(shapes[0], shapes[1], ld, first, out.len() / oc) {
+            let a = &mut acc[..win.pixels * oc];
+            window_body(a, start, &x[xb..], |v| (v as i32).wrapping_sub(zx), &w[wb..], win);
+            requantize_body(a, rq, &mut out[p * oc..(p + win.pixels) * oc]);
         }
     }
 }

@@ -135,68 +135,123 @@ impl ConvGeom {
         rows.checked_mul(self.groups)?.checked_mul(self.group_out.checked_next_multiple_of(4)?)
     }
 
-    /// Whether every window is one product ([`ConvGeom::for_each_window`]): one group (regular,
+    /// Whether every window is one product ([`ConvGeom::windows`]): one group (regular,
     /// or depthwise of one input channel) and no horizontal dilation, so that a kernel row's
     /// taps inside the input are adjacent inputs and consecutive rows of the packed filter.
     pub(super) fn windows_are_products(&self) -> bool {
         self.groups == 1 && self.dilation[1] == 1
     }
 
-    /// Output pixels `first..first + count` (flat `[N, OH, OW]` indices) of a geometry whose
-    /// windows are products, walked row by row: calls `f(p, xb, wb, win)` for each group of
+    /// The windows of output pixels `first..first + count` (flat `[N, OH, OW]` indices) of a
+    /// geometry whose windows are products, row by row: `(p, xb, wb, win)` for each group of
     /// consecutive pixels of one output row that share a window shape, `p` its first pixel
     /// counted from `first`, `xb` and `wb` the input and packed-filter offsets where its
     /// first pixel's window starts. A row's interior (every tap inside the input) is one
     /// group; the pixels near its ends, clipped by the padding, are one each. The window is
-    /// clipped once per group, not tested per tap.
-    pub(super) fn for_each_window(
-        &self,
-        ish: &[usize],
-        osh: &[usize],
-        ld: usize,
-        first: usize,
-        count: usize,
-        mut f: impl FnMut(usize, usize, usize, simd::Window),
-    ) {
-        let (h, wd, c) = (ish[1], ish[2], ish[3]);
-        let (oh, ow) = (osh[1], osh[2]);
-        let (top, left) = (self.padding[0], self.padding[3]);
-        let (kh, kw, sy, sx, dy) = (self.kernel[0], self.kernel[1], self.stride[0], self.stride[1], self.dilation[0]);
-        // Output columns whose taps are all inside the input.
-        let full = left.div_ceil(sx)..if left + wd >= kw { (left + wd - kw) / sx + 1 } else { 0 };
-        let mut p = 0;
-        while p < count {
-            let q = first + p;
-            let (n, y, x0) = (q / (oh * ow), (q / ow) % oh, q % ow);
-            let x1 = ow.min(x0 + count - p);
-            let kys = taps_inside(y * sy, top, h, dy, kh);
-            let mut xo = x0;
-            while xo < x1 {
-                let end = if full.contains(&xo) { x1.min(full.end) } else { xo + 1 };
-                let kxs = taps_inside(xo * sx, left, wd, 1, kw);
-                let mut win = simd::Window {
-                    pixels: end - xo,
-                    pixel_step: sx * c,
-                    runs: kys.len(),
-                    x_step: dy * wd * c,
-                    w_step: kw * c * ld,
-                    len: kxs.len() * c,
-                    ld,
-                    col: 0,
-                };
-                let (mut xb, mut wb) = (0, 0);
-                if kys.is_empty() || kxs.is_empty() {
-                    win.runs = 0; // every tap in the padding: the outputs are the bias
-                } else {
-                    let (iy, ix) = (y * sy + kys.start * dy - top, xo * sx + kxs.start - left);
-                    xb = ((n * h + iy) * wd + ix) * c;
-                    wb = (kys.start * kw + kxs.start) * c * ld;
-                }
-                f(p + xo - x0, xb, wb, win);
-                xo = end;
-            }
-            p += x1 - x0;
+    /// clipped once per group, not tested per tap. An iterator rather than a callback so that
+    /// `simd::conv_windows_*` compile the walk and the window kernels as one function for
+    /// their instruction set (a closure would be compiled apart, for the baseline).
+    pub(crate) fn windows(&self, ish: &[usize], osh: &[usize], ld: usize, first: usize, count: usize) -> Windows {
+        let (left, kw, sx, wd) = (self.padding[3], self.kernel[1], self.stride[1], ish[2]);
+        Windows {
+            h: ish[1],
+            wd,
+            c: ish[3],
+            oh: osh[1],
+            ow: osh[2],
+            top: self.padding[0],
+            left,
+            kh: self.kernel[0],
+            kw,
+            sy: self.stride[0],
+            sx,
+            dy: self.dilation[0],
+            // Output columns whose taps are all inside the input.
+            full: left.div_ceil(sx)..if left + wd >= kw { (left + wd - kw) / sx + 1 } else { 0 },
+            ld,
+            first,
+            count,
+            p: 0,
+            n: 0,
+            y: 0,
+            x0: 0,
+            x1: 0,
+            xo: 0,
+            kys: 0..0,
         }
+    }
+}
+
+/// The iterator of [`ConvGeom::windows`]: the geometry's constants, then the output row
+/// segment in progress (`x0..x1` of row `y` of image `n`, its first pixel `p` from `first`)
+/// and the next window's first column `xo`.
+pub(crate) struct Windows {
+    h: usize,
+    wd: usize,
+    c: usize,
+    oh: usize,
+    ow: usize,
+    top: usize,
+    left: usize,
+    kh: usize,
+    kw: usize,
+    sy: usize,
+    sx: usize,
+    dy: usize,
+    full: Range<usize>,
+    ld: usize,
+    first: usize,
+    count: usize,
+    p: usize,
+    n: usize,
+    y: usize,
+    x0: usize,
+    x1: usize,
+    xo: usize,
+    kys: Range<usize>,
+}
+
+impl Iterator for Windows {
+    type Item = (usize, usize, usize, simd::Window);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.xo >= self.x1 {
+            // The next row segment.
+            self.p += self.x1 - self.x0;
+            if self.p >= self.count {
+                return None;
+            }
+            let q = self.first + self.p;
+            (self.n, self.y, self.x0) = (q / (self.oh * self.ow), (q / self.ow) % self.oh, q % self.ow);
+            self.x1 = self.ow.min(self.x0 + self.count - self.p);
+            self.kys = taps_inside(self.y * self.sy, self.top, self.h, self.dy, self.kh);
+            self.xo = self.x0;
+        }
+        let (xo, c, ld) = (self.xo, self.c, self.ld);
+        let end = if self.full.contains(&xo) { self.x1.min(self.full.end) } else { xo + 1 };
+        let kxs = taps_inside(xo * self.sx, self.left, self.wd, 1, self.kw);
+        let kys = self.kys.clone();
+        let mut win = simd::Window {
+            pixels: end - xo,
+            pixel_step: self.sx * c,
+            runs: kys.len(),
+            x_step: self.dy * self.wd * c,
+            w_step: self.kw * c * ld,
+            len: kxs.len() * c,
+            ld,
+            col: 0,
+        };
+        let (mut xb, mut wb) = (0, 0);
+        if kys.is_empty() || kxs.is_empty() {
+            win.runs = 0; // every tap in the padding: the outputs are the bias
+        } else {
+            let (iy, ix) = (self.y * self.sy + kys.start * self.dy - self.top, xo * self.sx + kxs.start - self.left);
+            xb = ((self.n * self.h + iy) * self.wd + ix) * c;
+            wb = (kys.start * self.kw + kxs.start) * c * ld;
+        }
+        self.xo = end;
+        Some((self.p + xo - self.x0, xb, wb, win))
     }
 }
 
@@ -315,10 +370,7 @@ fn conv_f32(
     };
     if g.windows_are_products() {
         ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
-            g.for_each_window(ish, osh, ld, start / oc, chunk.len() / oc, |p, xb, wb, win| {
-                let o = &mut chunk[p * oc..(p + win.pixels) * oc];
-                simd::window_f32(isa, o, from, &x[xb..], &w[wb..], win);
-            });
+            simd::conv_windows_f32(isa, g, [ish, osh], ld, start / oc, chunk, from, x, w);
         });
         return;
     }

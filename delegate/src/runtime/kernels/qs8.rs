@@ -58,17 +58,11 @@ pub fn binary(
     result
 }
 
+use simd::Requant;
+
 /// Requantization of an int32 accumulator: `clamp(round_half_even(acc * mult) + zp)` with the
 /// fused range (real units) applied before rounding. The range is divided by the output scale
 /// once per operator, not per output.
-#[derive(Clone, Copy, Debug)]
-struct Requant {
-    mult: f32,
-    lo: f32,
-    hi: f32,
-    zp: f32,
-}
-
 impl Requant {
     fn new(mult: f32, qo: Quant, range: (f32, f32)) -> Result<Requant, String> {
         let (lo, hi) = (range.0 / qo.scale, range.1 / qo.scale);
@@ -88,7 +82,7 @@ impl Requant {
 
     /// `out[i]` from `acc[i]`, as [`Requant::apply`] (the unit tests check the kernels against it).
     fn apply_all(&self, isa: simd::Isa, acc: &[i32], out: &mut [i8]) {
-        simd::requantize(isa, acc, self.mult, self.lo, self.hi, self.zp, out);
+        simd::requantize(isa, acc, *self, out);
     }
 }
 
@@ -148,11 +142,7 @@ pub fn conv2d(
         // As in the f32 kernel; the int32 sums of a group of pixels, then their requantization.
         ctx.par_chunks(out, bytes, oc, false, |start, chunk| {
             let mut acc = vec![0i32; ow.min(chunk.len() / oc) * oc];
-            g.for_each_window(ish, osh, ld, start / oc, chunk.len() / oc, |p, xb, wb, win| {
-                let a = &mut acc[..win.pixels * oc];
-                simd::window_qs8(isa, a, from, &x[xb..], zx, &wp[wb..], win);
-                rq.apply_all(isa, a, &mut chunk[p * oc..(p + win.pixels) * oc]);
-            });
+            simd::conv_windows_qs8(isa, g, [ish, osh], ld, start / oc, chunk, &mut acc, from, x, zx, wp, rq);
         });
         return Ok(());
     }
