@@ -76,61 +76,13 @@ fn binary_f32(
     osh: &[usize],
 ) {
     let (dims, sa, sb) = broadcast_layout(ash, bsh, osh);
-    let r = dims.len();
-    let inner = dims[r - 1];
-    let (ia, ib) = (sa[r - 1], sb[r - 1]);
     let isa = ctx.isa;
     let bytes = 3 * out.len() * 4;
     // Chunks may start and end inside a row: same-shape operands merge into one long row,
     // which must still split across threads.
     ctx.par_chunks(out, bytes, 1024, false, |start, chunk| {
-        // Position of the chunk's first row: its index along each outer dim, and the operands'
-        // offsets there; later rows follow by carrying (no division per row).
-        let mut idx = [0usize; MAX_DIMS];
-        let (mut oa, mut ob) = (0, 0);
-        let mut rem = start / inner;
-        for k in (0..r - 1).rev() {
-            idx[k] = rem % dims[k];
-            rem /= dims[k];
-            oa += idx[k] * sa[k];
-            ob += idx[k] * sb[k];
-        }
-        let mut col = start % inner;
-        let mut done = 0;
-        while done < chunk.len() {
-            let len = (inner - col).min(chunk.len() - done);
-            let o = &mut chunk[done..done + len];
-            let (ca, cb) = (oa + col * ia, ob + col * ib);
-            match (ia, ib) {
-                (0, 0) => o.fill(apply(op, a[oa], b[ob])),
-                (_, 0) => simd::bin_vs(isa, op, &a[ca..ca + len], b[ob], o),
-                (0, _) => simd::bin_sv(isa, op, a[oa], &b[cb..cb + len], o),
-                _ => simd::bin_vv(isa, op, &a[ca..ca + len], &b[cb..cb + len], o),
-            }
-            done += len;
-            col = 0;
-            for k in (0..r - 1).rev() {
-                idx[k] += 1;
-                oa += sa[k];
-                ob += sb[k];
-                if idx[k] < dims[k] {
-                    break;
-                }
-                oa -= sa[k] * idx[k];
-                ob -= sb[k] * idx[k];
-                idx[k] = 0;
-            }
-        }
+        simd::bin_rows(isa, op, a, b, [&dims, &sa, &sb], start, chunk);
     });
-}
-
-fn apply(op: BinOp, a: f32, b: f32) -> f32 {
-    match op {
-        BinOp::Add => a + b,
-        BinOp::Sub => a - b,
-        BinOp::Mul => a * b,
-        BinOp::Div => a / b,
-    }
 }
 
 /// Clamps f32 values in place (threaded), keeping NaN.
