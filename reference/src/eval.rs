@@ -269,6 +269,21 @@ fn mean(x: &Tensor, axes: &[usize], cast: Option<ElemType>, out_shape: &[usize],
         // The reduced dims are the trailing ones: each mean reads one contiguous run.
         let len = offsets.len();
         for_each_offset(&kept, &kept_st, |base| out.push(sum(v[base..base + len].iter().copied()) / count));
+    } else if let Some(&last) = axes.last().filter(|&&d| d + 1 < x.rank()) {
+        // The kept dims after the last reduced one hold `inner` contiguous values, one per
+        // output: those outputs sum their terms (in the same order, `offsets`) all at once
+        // (`x * 1.0` is `x` exactly).
+        let inner: usize = x.shape[last + 1..].iter().product();
+        let outer = kept.len() - (x.rank() - 1 - last);
+        let (mut sums, mut comps) = (vec![0.0; inner], vec![0.0; inner]);
+        for_each_offset(&kept[..outer], &kept_st[..outer], |base| {
+            sums.fill(Acc::new().s);
+            comps.fill(Acc::new().c);
+            for &o in &offsets {
+                add_products(&mut sums, &mut comps, &v[base + o..][..inner], 1.0);
+            }
+            out.extend(sums.iter().zip(&comps).map(|(&s, &c)| Acc { s, c }.value() / count));
+        });
     } else {
         for_each_offset(&kept, &kept_st, |base| out.push(sum(offsets.iter().map(|&o| v[base + o])) / count));
     }
@@ -313,8 +328,42 @@ fn broadcast(
         return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
     }
     let mut out = Vec::with_capacity(shape.iter().product());
-    for_each_offset2(shape, sa, sb, |i, j| out.push(f(a[i], b[j])));
+    let (shape, sa, sb) = coalesce(shape, sa, sb);
+    let Some(last) = shape.len().checked_sub(1) else {
+        return vec![f(a[0], b[0])];
+    };
+    // One row (the last dim) at a time; in a row an operand steps by 1 or repeats (0).
+    let len = shape[last];
+    for_each_offset2(&shape[..last], &sa[..last], &sb[..last], |i, j| match (sa[last], sb[last]) {
+        (1, 1) => out.extend(a[i..i + len].iter().zip(&b[j..j + len]).map(|(&x, &y)| f(x, y))),
+        (1, 0) => out.extend(a[i..i + len].iter().map(|&x| f(x, b[j]))),
+        (0, 1) => out.extend(b[j..j + len].iter().map(|&y| f(a[i], y))),
+        (da, db) => out.extend((0..len).map(|k| f(a[i + k * da], b[j + k * db]))),
+    });
     out
+}
+
+/// `shape` and two stride sets over it, with the size-1 dims dropped and each pair of
+/// adjacent dims that both stride sets step through as one (`s[d] == s[d + 1] * shape[d + 1]`)
+/// merged: the same offsets in the same order, over fewer and longer dims.
+fn coalesce(shape: &[usize], sa: &[usize], sb: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let (mut dims, mut ta, mut tb) = (vec![], vec![], vec![]);
+    for ((&n, &x), &y) in shape.iter().zip(sa).zip(sb) {
+        if n == 1 {
+            continue;
+        }
+        match (dims.last_mut(), ta.last_mut(), tb.last_mut()) {
+            (Some(pn), Some(px), Some(py)) if *px == x * n && *py == y * n => {
+                (*pn, *px, *py) = (*pn * n, x, y);
+            }
+            _ => {
+                dims.push(n);
+                ta.push(x);
+                tb.push(y);
+            }
+        }
+    }
+    (dims, ta, tb)
 }
 
 /// 2-D convolution, NCHW semantics. Padding positions are skipped (they contribute an exact
