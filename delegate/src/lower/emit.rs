@@ -107,11 +107,15 @@ fn mutant(_m: &str) -> bool {
 /// are, or, with `nhwc = Some([n, c, h, w])`, permuted from NCHW to NHWC order (what
 /// `Tensor::to_format(ChannelsLast)` computes, without building the permuted tensor).
 fn append<T: Copy, const B: usize>(out: &mut Vec<u8>, v: &[T], nhwc: Option<[usize; 4]>, enc: impl Fn(T) -> [u8; B]) {
-    out.reserve(v.len() * B);
+    // The region is sized once and filled element by element, with no capacity check
+    // per element.
+    let start = out.len();
+    out.resize(start + v.len() * B, 0);
+    let mut dst = out[start..].chunks_exact_mut(B);
     match nhwc {
         None => {
-            for &x in v {
-                out.extend_from_slice(&enc(x));
+            for (d, &x) in dst.zip(v) {
+                d.copy_from_slice(&enc(x));
             }
         }
         Some([n, c, h, w]) => {
@@ -119,7 +123,9 @@ fn append<T: Copy, const B: usize>(out: &mut Vec<u8>, v: &[T], nhwc: Option<[usi
                 for hi in 0..h {
                     for wi in 0..w {
                         for ci in 0..c {
-                            out.extend_from_slice(&enc(v[((ni * c + ci) * h + hi) * w + wi]));
+                            if let Some(d) = dst.next() {
+                                d.copy_from_slice(&enc(v[((ni * c + ci) * h + hi) * w + wi]));
+                            }
                         }
                     }
                 }
@@ -604,10 +610,23 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
             ext_out[root] = (num_inputs + k) as u32;
         }
     }
+    // Sized for the most this delegate can define (a value per node, plus a copy per
+    // output), so the lists do not grow one push at a time.
+    let most = pg.nodes.len() + pg.outputs.len();
+    let params = pg.nodes.iter().filter(|n| matches!(n.kind, Kind::Param { .. }));
+    let mut constant_data = Vec::with_capacity(1 + params.clone().count());
+    // At most four bytes per element (fp32, or int32 biases) and 16 of alignment each.
+    let constant_bytes = Vec::with_capacity(params.map(|n| 16 + 4 * n.spec.max_numel()).sum());
+    constant_data.push(ConstantDataOffset { offset: 0, size: 0, named_key: Some(String::new()) });
     let xg = XnnGraph {
         version: "0".into(),
         num_externs: (num_inputs + pg.outputs.len()) as u32,
-        constant_data: vec![ConstantDataOffset { offset: 0, size: 0, named_key: Some(String::new()) }],
+        nodes: Vec::with_capacity(most),
+        values: Vec::with_capacity(most),
+        input_ids: Vec::with_capacity(num_inputs),
+        output_ids: Vec::with_capacity(pg.outputs.len()),
+        constant_data,
+        constant_bytes,
         ..Default::default()
     };
     // A value feeding an implicit quantize is stored as qint8 with that quantize's params
