@@ -35,7 +35,7 @@ pub fn write_flatbuffer(graph: &XnnGraph) -> Vec<u8> {
 
 /// More bytes than a graph usually takes, so the encoder's buffer rarely grows.
 fn estimate(graph: &XnnGraph) -> usize {
-    128 + 96 * graph.nodes.len() + 128 * graph.values.len() + 64 * graph.constant_data.len()
+    128 + graph.version.len() + 80 * graph.nodes.len() + 96 * graph.values.len() + 48 * graph.constant_data.len()
 }
 
 /// Encodes `graph` with [`Enc`] (starting with `capacity` bytes), making exactly the calls
@@ -350,7 +350,9 @@ fn enc_values(e: &mut Enc, graph: &XnnGraph, offsets: &mut Vec<usize>) {
 }
 
 /// The order in which values are emitted: their order in the graph (ExecuTorch's
-/// first-definition order).
+/// first-definition order). Only the tests and the seeded bug build the list; the writer
+/// walks the values directly.
+#[cfg(any(test, feature = "mutants"))]
 fn value_order(graph: &XnnGraph) -> Vec<usize> {
     #[cfg(feature = "mutants")]
     if crate::mutants::is_active(crate::mutants::Mutant::HashOrderValueIds) {
