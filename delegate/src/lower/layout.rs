@@ -117,6 +117,7 @@ impl PGraph {
             member[m] = true;
         }
         pg.nodes.reserve(p.nodes.len() + p.inputs.len() + 4);
+        pg.order.reserve(p.nodes.len() + p.inputs.len() + 4);
         for &m in &p.nodes {
             for &i in &g.nodes[m].inputs {
                 if !member[i] && matches!(g.nodes[i].op, Op::Constant { .. }) && map[i].is_none() {
@@ -133,23 +134,22 @@ impl PGraph {
         }
         pg.num_inputs = p.inputs.len();
         for &m in &p.nodes {
-            let ins = g.nodes[m]
-                .inputs
-                .iter()
-                .map(|&i| {
-                    map[i].ok_or_else(|| LowerError::Internal { reason: format!("partition input {i} not mapped") })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            // Sized up front (collecting into a `Result` would grow it one push at a time).
+            let mut ins = Vec::with_capacity(g.nodes[m].inputs.len());
+            for &i in &g.nodes[m].inputs {
+                ins.push(
+                    map[i].ok_or_else(|| LowerError::Internal { reason: format!("partition input {i} not mapped") })?,
+                );
+            }
             let k = pg.push(Kind::Op { node: m }, ins, g.nodes[m].spec.clone(), plan.debug_handle[m]);
             pg.nodes[k].implicit = plan.implicit[m];
             pg.order.push(k);
             map[m] = Some(k);
         }
-        pg.outputs = p
-            .outputs
-            .iter()
-            .map(|&o| map[o].ok_or_else(|| LowerError::Internal { reason: format!("output {o} not mapped") }))
-            .collect::<Result<_, _>>()?;
+        pg.outputs.reserve(p.outputs.len());
+        for &o in &p.outputs {
+            pg.outputs.push(map[o].ok_or_else(|| LowerError::Internal { reason: format!("output {o} not mapped") })?);
+        }
         pg.out_nhwc = p.outputs.iter().map(|&o| eager_nhwc(&g.nodes[o].spec)).collect();
         pg.fuse_activations(g);
         Ok(pg)
