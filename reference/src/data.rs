@@ -101,6 +101,7 @@ fn outlier_cap(dtype: ElemType) -> f64 {
     }
 }
 
+#[inline]
 fn draw(rng: &mut SplitMix64, dist: Distribution, dtype: ElemType) -> f64 {
     match dist {
         Distribution::Mixed => {

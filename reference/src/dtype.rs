@@ -121,10 +121,10 @@ fn round_to_bits(x: f64, mant: u32, bias: i32) -> u64 {
         let exp_all = ((1u64 << ebits) - 1) << mant;
         let shift = 52 - mant;
         let abs = bits & !(1u64 << 63);
-        let kept = abs >> shift;
-        let rem = abs & ((1u64 << shift) - 1);
-        let half = 1u64 << (shift - 1);
-        let kept = if rem > half || (rem == half && kept & 1 == 1) { kept + 1 } else { kept };
+        // Round to nearest, ties to even: add just under half a unit of the last kept bit,
+        // plus one when that bit is odd, then truncate. Dropped bits above half carry, below
+        // half never do, and exactly half carries only from an odd kept value.
+        let kept = (abs + (1u64 << (shift - 1)) - 1 + ((abs >> shift) & 1)) >> shift;
         let mag = kept - (((1023 - bias) as u64) << mant);
         let sign = (bits >> 63) << (mant + ebits);
         return sign | mag.min(exp_all); // at or past exp_all: overflow to infinity
@@ -133,6 +133,8 @@ fn round_to_bits(x: f64, mant: u32, bias: i32) -> u64 {
 }
 
 /// [`round_to_bits`] for every input: specials, zeros, subnormal results and the rest.
+#[cold]
+#[inline(never)]
 fn round_general(x: f64, mant: u32, bias: i32) -> u64 {
     let bits = x.to_bits();
     let ebits = (bias as u32 + 1).trailing_zeros() + 1; // bias = 2^(ebits-1) - 1
@@ -183,11 +185,13 @@ fn round_general(x: f64, mant: u32, bias: i32) -> u64 {
 }
 
 /// f64 -> fp16, one rounding (nearest, ties to even), subnormals and specials exact.
+#[inline]
 pub fn f16_from_f64(x: f64) -> half::f16 {
     half::f16::from_bits(round_to_bits(x, 10, 15) as u16)
 }
 
 /// f64 -> bf16, one rounding (nearest, ties to even), subnormals and specials exact.
+#[inline]
 pub fn bf16_from_f64(x: f64) -> half::bf16 {
     half::bf16::from_bits(round_to_bits(x, 7, 127) as u16)
 }
