@@ -401,11 +401,14 @@ fn conv2d(
     // Stride 1 and an output as wide as the input (1x1 and "same" convolutions): output
     // position k of a tap reads input position k plus a fixed shift, so the tap's terms for
     // all its output rows are one run. The output columns it misses lie inside that run and
-    // add -0.0 instead (see `add_products_where`); `cols[j][k]`: column j reaches the input
-    // at output position k.
+    // add -0.0 instead (see `add_products_where`); `cols[j][k]`: all ones where column j
+    // reaches the input at output position k, else zero.
     let flat = st == [1, 1] && ow == wd;
-    let cols: Vec<Vec<bool>> = match flat {
-        true => xs.iter().map(|&(x0, x1)| (0..oplane).map(|k| (x0..x1).contains(&(k % ow))).collect()).collect(),
+    let cols: Vec<Vec<u64>> = match flat {
+        true => xs
+            .iter()
+            .map(|&(x0, x1)| (0..oplane).map(|k| if (x0..x1).contains(&(k % ow)) { u64::MAX } else { 0 }).collect())
+            .collect(),
         false => vec![],
     };
     let mut out = vec![0.0; n * o * oplane];
@@ -483,15 +486,17 @@ fn add_products(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64) {
     }
 }
 
-/// [`add_products`] where only the positions with `keep` set take their product; the others
-/// add -0.0, which leaves their accumulator as skipping them would: `x + -0.0` is `x` for
-/// every x (-0.0, infinities and NaN included), so TwoSum keeps `s` and adds an exact zero to
-/// `c`, whose sign of zero never matters ([`Acc::value`] reads `c` only when it is not zero).
+/// [`add_products`] where only the positions whose `keep` mask is all ones take their
+/// product; the others (mask zero) add -0.0, which leaves their accumulator as skipping them
+/// would: `x + -0.0` is `x` for every x (-0.0, infinities and NaN included), so TwoSum keeps
+/// `s` and adds an exact zero to `c`, whose sign of zero never matters ([`Acc::value`] reads
+/// `c` only when it is not zero).
 #[inline(never)]
-fn add_products_where(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64, keep: &[bool]) {
+fn add_products_where(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64, keep: &[u64]) {
     for (((s, c), &xe), &k) in s.iter_mut().zip(c).zip(x).zip(keep) {
-        let term = xe * w;
-        two_sum(s, c, if k { term } else { -0.0 });
+        // A select by bit masks (the product's bits, or those of -0.0), so the loop vectorizes.
+        let term = f64::from_bits((xe * w).to_bits() & k | (-0.0f64).to_bits() & !k);
+        two_sum(s, c, term);
     }
 }
 
