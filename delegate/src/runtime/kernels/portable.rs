@@ -395,3 +395,71 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
     out.check_shape(&shape).map_err(|e| format!("{} produced {shape:?}: {e}", op.name()))?;
     finish(shape, vals, out.dtype, out.format, out.quant)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Means over NCHW channels, over H and W of channels_last and of NCHW data, and over
+    /// channels_last channels give each output's in-order f32 sum divided by the count, bit for
+    /// bit (ExecuTorch's portable mean).
+    #[test]
+    fn means_sum_each_output_in_index_order() {
+        let shape = [2, 3, 4, 5];
+        let vals: Vec<f32> = (0..120).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37 + 1e-3 * i as f32).collect();
+        let x = Tensor::f32(&shape, vals.clone());
+        let at = |i: [usize; 4]| vals[((i[0] * 3 + i[1]) * 4 + i[2]) * 5 + i[3]];
+        for (axes, format) in [
+            (vec![1i64], MemoryFormat::Contiguous),
+            (vec![2, 3], MemoryFormat::ChannelsLast),
+            (vec![2, 3], MemoryFormat::Contiguous),
+            (vec![1], MemoryFormat::ChannelsLast),
+        ] {
+            let op = Op::Mean { dims: axes.clone(), keepdim: false, dtype: None };
+            let input = x.to_format(format);
+            let spec = reference::graph::infer(&op, &[&TensorSpec::f32(&shape).with_format(format)]).unwrap();
+            let got = run(&op, &[&input], &spec).unwrap();
+            let red: Vec<usize> = axes.iter().map(|&a| a as usize).collect();
+            let kept: Vec<usize> = (0..4).filter(|d| !red.contains(d)).collect();
+            let nr: usize = red.iter().map(|&d| shape[d]).product();
+            let mut want = Vec::new();
+            let mut k_idx = vec![0usize; kept.len()];
+            loop {
+                let mut sum = 0f32;
+                let mut r_idx = vec![0usize; red.len()];
+                loop {
+                    let mut i = [0usize; 4];
+                    for (j, &d) in kept.iter().enumerate() {
+                        i[d] = k_idx[j];
+                    }
+                    for (j, &d) in red.iter().enumerate() {
+                        i[d] = r_idx[j];
+                    }
+                    sum += at(i);
+                    if !next(&mut r_idx, &red.iter().map(|&d| shape[d]).collect::<Vec<_>>()) {
+                        break;
+                    }
+                }
+                want.push(sum / nr as f32);
+                if !next(&mut k_idx, &kept.iter().map(|&d| shape[d]).collect::<Vec<_>>()) {
+                    break;
+                }
+            }
+            let TensorData::F32(g) = &got.to_contiguous().data else { panic!("fp32 mean") };
+            let same = g.len() == want.len() && g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "axes {axes:?} {format:?}: {g:?} vs {want:?}");
+        }
+    }
+
+    /// Row-major increment of `idx` within `shape`; false after the last index.
+    fn next(idx: &mut [usize], shape: &[usize]) -> bool {
+        for k in (0..idx.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                return true;
+            }
+            idx[k] = 0;
+        }
+        false
+    }
+}
