@@ -266,9 +266,8 @@ impl Tensor {
             (TensorData::F32(v), _) => self.widen(v, |x| x as f64),
             // half's slice conversion checks the CPU's features once per slice, not per value.
             (TensorData::F16(v), _) if self.format == MemoryFormat::Contiguous => v.to_f64_vec(),
-            (TensorData::Bf16(v), _) if self.format == MemoryFormat::Contiguous => v.to_f64_vec(),
             (TensorData::F16(v), _) => self.widen(v, |x| x.to_f64()),
-            (TensorData::Bf16(v), _) => self.widen(v, |x| x.to_f64()),
+            (TensorData::Bf16(v), _) => self.widen(v, dtype::bf16_to_f64),
             (TensorData::Qs8(v), Some(q)) => {
                 let (zp, scale) = (q.zero_point as f64, q.scale as f64);
                 self.widen(v, |x| (x as f64 - zp) * scale)
