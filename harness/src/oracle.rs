@@ -179,8 +179,8 @@ pub struct RefRun<'a> {
     case: &'a Case,
     built: &'a Built,
     values: std::cell::OnceCell<Vec<Vec<f64>>>,
-    /// The twin's value of every node, and the ids of the graph's outputs among them.
-    twin: std::cell::OnceCell<Option<(Vec<Tensor>, Vec<usize>)>>,
+    /// The twin's value of every node, and its outputs' values as f64.
+    twin: std::cell::OnceCell<Option<(Vec<Tensor>, Vec<Vec<f64>>)>>,
     peak: std::cell::OnceCell<f64>,
 }
 
@@ -192,10 +192,10 @@ impl RefRun<'_> {
         self.values.get_or_init(|| outs.iter().map(|t| t.values_f64()).collect()).get(o).map(|v| v.as_slice())
     }
 
-    /// The magnitude twin's output `o` (None for qs8 and invalid cases, or if it failed).
-    pub fn magnitude(&self, o: usize) -> Option<&Tensor> {
-        let (all, outputs) = self.twin()?;
-        all.get(*outputs.get(o)?)
+    /// The magnitude twin's output `o` as f64 (None for qs8 and invalid cases, or if it
+    /// failed), converted once for every configuration that asks.
+    pub fn magnitude_values(&self, o: usize) -> Option<&[f64]> {
+        self.twin()?.1.get(o).map(|v| v.as_slice())
     }
 
     /// The largest finite magnitude of any value in the graph (every node, not only the
@@ -209,13 +209,15 @@ impl RefRun<'_> {
         })
     }
 
-    fn twin(&self) -> Option<&(Vec<Tensor>, Vec<usize>)> {
+    fn twin(&self) -> Option<&(Vec<Tensor>, Vec<Vec<f64>>)> {
         self.twin
             .get_or_init(|| {
                 self.outputs.as_ref().ok()?;
                 let g = self.built.magnitude(self.case)?;
                 let inputs = patterns::magnitude_inputs(self.case, &self.inputs);
-                Some((engine::reference_all(g, &inputs).ok()?, g.outputs.clone()))
+                let all = engine::reference_all(g, &inputs).ok()?;
+                let outputs = g.outputs.iter().map(|&o| all.get(o).map(|t| t.values_f64())).collect::<Option<_>>()?;
+                Some((all, outputs))
             })
             .as_ref()
     }

@@ -60,7 +60,9 @@ use crate::case::Case;
 use crate::engine::{self, Simd};
 use crate::patterns::{self, Built};
 use delegate::LoweredProgram;
-use reference::{ElemType, Tensor};
+use reference::dtype::bf16_to_f64;
+use reference::{ElemType, MemoryFormat, Tensor, TensorData};
+use std::borrow::Cow;
 
 /// What running one lowered program gave: the outputs verdict, the errors verdict for
 /// run-time errors, and any payload that differed between thread counts or SIMD paths.
@@ -175,16 +177,17 @@ pub fn compare(
     peak: &mut dyn FnMut() -> f64,
     tol: &Tolerance,
 ) -> Option<String> {
-    compare_known(reference, None, got, magnitude, peak, tol)
+    compare_known(reference, None, got, &mut || magnitude().map(Cow::Owned), peak, tol)
 }
 
 /// [`compare`] with the reference's values already converted, when `known` is given (they
-/// are `reference.values_f64()`: a run's reference is compared in every configuration).
-fn compare_known(
+/// are `reference.values_f64()`: a run's reference is compared in every configuration), and
+/// the magnitudes borrowed from the run that keeps them.
+fn compare_known<'m>(
     reference: &Tensor,
     known: Option<&[f64]>,
     got: &Tensor,
-    magnitude: &mut dyn FnMut() -> Option<Vec<f64>>,
+    magnitude: &mut dyn FnMut() -> Option<Cow<'m, [f64]>>,
     peak: &mut dyn FnMut() -> f64,
     tol: &Tolerance,
 ) -> Option<String> {
@@ -212,7 +215,6 @@ fn compare_known(
             &converted
         }
     };
-    let g = got.values_f64();
     let out_dt = reference.dtype();
     // `tol.bound(out_dt, r, |r| / divisor)` with its constants computed once.
     let ((c1, c2), divisor) = (tol.coefficients(), tol.floor_divisor());
@@ -223,14 +225,31 @@ fn compare_known(
         let (d, m) = ((g - r).abs(), r.abs() / divisor);
         d <= c1 * m + c2 * m || d <= c1 * m + c2 * m + ulp(out_dt, r)
     };
-    if tol.step.is_none() && r.iter().zip(&g).all(|(&r, &g)| within_floor(r, g)) {
+    if tol.step.is_none() && got.format == MemoryFormat::Contiguous {
+        // Read in place: the data order is the logical order that `r` is in.
+        let pass = match &got.data {
+            TensorData::F32(v) => v.iter().zip(r).all(|(&g, &r)| within_floor(r, g as f64)),
+            TensorData::F16(v) => v.iter().zip(r).all(|(&g, &r)| within_floor(r, g.to_f64())),
+            TensorData::Bf16(v) => v.iter().zip(r).all(|(&g, &r)| within_floor(r, bf16_to_f64(g))),
+            TensorData::Qs8(_) => false,
+        };
+        if pass {
+            return None;
+        }
+    }
+    let g = got.values_f64();
+    if tol.step.is_none()
+        && got.format != MemoryFormat::Contiguous
+        && r.iter().zip(&g).all(|(&r, &g)| within_floor(r, g))
+    {
         return None;
     }
     // Before the magnitudes are known, |reference| stands in (overflow needs more).
     let any_nonfinite = g.iter().zip(r).any(|(g, r)| {
         (!g.is_finite() && r.is_finite()) || (g.is_nan() && r.is_infinite()) || (g.is_infinite() && r.is_nan())
     });
-    let m_cache: Option<Option<Vec<f64>>> = if any_nonfinite && tol.step.is_none() { Some(magnitude()) } else { None };
+    let m_cache: Option<Option<Cow<[f64]>>> =
+        if any_nonfinite && tol.step.is_none() { Some(magnitude()) } else { None };
     let peak_m = if any_nonfinite { peak() } else { 0.0 };
     // Overflow needs huge *finite* magnitudes somewhere (an infinite input propagates the
     // same way in both and excuses nothing).
@@ -388,7 +407,7 @@ pub fn execute(
                         continue;
                     }
                     for (o, (w, g)) in want.iter().zip(&got).enumerate() {
-                        let mut mag = || run.magnitude(o).map(|t| t.values_f64());
+                        let mut mag = || run.magnitude_values(o).map(Cow::Borrowed);
                         let mut peak = || run.peak_magnitude();
                         if let Some(d) = compare_known(
                             w,
