@@ -16,6 +16,7 @@
 //! (default: one per CPU) take case numbers from one counter.
 
 use crate::case::{Case, Pattern};
+use crate::engine;
 use crate::gen::{nth_case, GenConfig};
 use crate::minimize::{self, Budget};
 use crate::oracle::{self, CaseReport, CheckOptions};
@@ -332,6 +333,7 @@ fn campaign_inner(c: &Campaign) -> Outcome {
         last_status: Mutex::new(start),
         outcome: Mutex::new(Outcome::default()),
     };
+    engine::set_checkers(c.jobs);
     std::thread::scope(|s| {
         for w in 1..c.jobs.max(1) {
             let (shared, bar) = (&shared, bar.as_ref());
