@@ -16,6 +16,46 @@ use crate::xnn::{
 use half::{bf16, f16};
 use std::collections::HashMap;
 
+/// Value id -> value index. Serialized ids are dense (XNNPACK numbers values 0, 1, 2, ...),
+/// so a table indexed by id serves them without hashing; sparse ids (a hand-made payload)
+/// fall back to a hash map.
+enum IdMap {
+    Dense(Vec<usize>),
+    Sparse(HashMap<u32, usize>),
+}
+
+impl IdMap {
+    fn new(ids: impl Iterator<Item = u32>) -> IdMap {
+        let (n, max) = ids.fold((0usize, 0u32), |(n, m), id| (n + 1, m.max(id)));
+        if (max as usize) < 4 * n + 64 {
+            IdMap::Dense(vec![usize::MAX; if n == 0 { 0 } else { max as usize + 1 }])
+        } else {
+            IdMap::Sparse(HashMap::with_capacity(n))
+        }
+    }
+
+    /// Records `id -> vi`; false if `id` was recorded before.
+    fn insert(&mut self, id: u32, vi: usize) -> bool {
+        match self {
+            IdMap::Dense(t) => {
+                let i = id as usize;
+                if i >= t.len() {
+                    t.resize(i + 1, usize::MAX);
+                }
+                std::mem::replace(&mut t[i], vi) == usize::MAX
+            }
+            IdMap::Sparse(m) => m.insert(id, vi).is_none(),
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<usize> {
+        match self {
+            IdMap::Dense(t) => t.get(id as usize).copied().filter(|&v| v != usize::MAX),
+            IdMap::Sparse(m) => m.get(&id).copied(),
+        }
+    }
+}
+
 /// Element storage type of a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dt {
@@ -217,13 +257,13 @@ impl SegmentPlan {
     ) -> Result<SegmentPlan, RuntimeError> {
         let unsupported = |what: String| RuntimeError::Unsupported { segment, what };
         // id_out -> value index.
-        let mut ids: HashMap<u32, usize> = HashMap::new();
+        let mut ids = IdMap::new(g.values.iter().map(|v| v.id_out));
         let mut values = Vec::with_capacity(g.values.len());
         let mut input_values = vec![usize::MAX; n_inputs];
         let mut output_values = vec![usize::MAX; n_outputs];
         let mut consts = Vec::new();
         for (vi, v) in g.values.iter().enumerate() {
-            if ids.insert(v.id_out, vi).is_some() {
+            if !ids.insert(v.id_out, vi) {
                 return Err(bad(segment, vi, format!("value id {} defined twice", v.id_out)));
             }
             let dt =
@@ -283,7 +323,7 @@ impl SegmentPlan {
         }
 
         let id = |node: usize, id: u32| -> Result<usize, RuntimeError> {
-            ids.get(&id).copied().ok_or_else(|| bad(segment, node, format!("unknown value id {id}")))
+            ids.get(id).ok_or_else(|| bad(segment, node, format!("unknown value id {id}")))
         };
         let mut nodes = Vec::with_capacity(g.nodes.len());
         let mut defined: Vec<bool> = values.iter().map(|v| matches!(v.loc, Loc::Input(_) | Loc::Const(_))).collect();

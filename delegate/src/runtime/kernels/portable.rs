@@ -7,6 +7,8 @@
 //! `quantize` is `clamp(zp + nearbyint(x * (1/scale)))` in f32, `dequantize` `(q - zp) * scale`.
 
 use super::strides;
+use half::slice::HalfFloatSliceExt;
+use half::vec::HalfFloatVecExt;
 use half::{bf16, f16};
 use reference::graph::{broadcast, mean_axes, normalize_dims, Dim};
 use reference::{ElemType, MemoryFormat, Op, QuantParams, Tensor, TensorData, TensorSpec};
@@ -103,8 +105,10 @@ fn logical_strides(t: &Tensor) -> Vec<usize> {
 fn physical_floats(t: &Tensor) -> Result<Cow<'_, [f32]>, String> {
     match &t.data {
         TensorData::F32(v) => Ok(Cow::Borrowed(v)),
-        TensorData::F16(v) => Ok(Cow::Owned(v.iter().map(|x| x.to_f32()).collect())),
-        TensorData::Bf16(v) => Ok(Cow::Owned(v.iter().map(|x| x.to_f32()).collect())),
+        // Widening is exact, so the slice conversion (F16C where the CPU has it) gives the
+        // same values as one element at a time.
+        TensorData::F16(v) => Ok(Cow::Owned(v.to_f32_vec())),
+        TensorData::Bf16(v) => Ok(Cow::Owned(v.to_f32_vec())),
         TensorData::Qs8(_) => Err("a float op got a qs8 tensor".into()),
     }
 }
@@ -123,8 +127,8 @@ fn logical(t: &Tensor) -> Vals<'_> {
     match &t.data {
         TensorData::Qs8(v) => Vals::Q(to_logical(Cow::Borrowed(v), t)),
         TensorData::F32(v) => Vals::F(to_logical(Cow::Borrowed(v), t)),
-        TensorData::F16(v) => Vals::F(to_logical(Cow::Owned(v.iter().map(|x| x.to_f32()).collect()), t)),
-        TensorData::Bf16(v) => Vals::F(to_logical(Cow::Owned(v.iter().map(|x| x.to_f32()).collect()), t)),
+        TensorData::F16(v) => Vals::F(to_logical(Cow::Owned(v.to_f32_vec()), t)),
+        TensorData::Bf16(v) => Vals::F(to_logical(Cow::Owned(v.to_f32_vec()), t)),
     }
 }
 
@@ -147,11 +151,12 @@ fn finish(
             TensorData::F32(if identity { v.into_owned() } else { permute(&v, &shape, &ord) })
         }
         (Vals::F(v), ElemType::F16) => {
-            let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            // Round to nearest even, as `f16::from_f32` per element (F16C where available).
+            let h: Vec<f16> = Vec::from_f32_slice(&v);
             TensorData::F16(if identity { h } else { permute(&h, &shape, &ord) })
         }
         (Vals::F(v), ElemType::Bf16) => {
-            let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+            let h: Vec<bf16> = Vec::from_f32_slice(&v);
             TensorData::Bf16(if identity { h } else { permute(&h, &shape, &ord) })
         }
         (Vals::Q(v), ElemType::Qs8) => {
@@ -333,12 +338,21 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
                             }
                             // Input column of output column xs.start (in range by construction).
                             let ix0 = xs.start * sx + kx * p.dilation[1] - p.padding[1];
+                            let len = xs.len();
                             for y in ys.clone() {
                                 let iy = y * sy + ky * p.dilation[0] - p.padding[0];
                                 let irow = &xin[iy * wd + ix0..(iy + 1) * wd];
-                                let orow = &mut plane[y * ow + xs.start..y * ow + xs.end];
-                                for (o, &xv) in orow.iter_mut().zip(irow.iter().step_by(sx)) {
-                                    *o += xv * wv;
+                                let orow = &mut plane[y * ow + xs.start..][..len];
+                                // Unit stride: a plain zip the compiler can vectorize (each
+                                // output still adds this one tap; the order per output is kept).
+                                if sx == 1 {
+                                    for (o, &xv) in orow.iter_mut().zip(&irow[..len]) {
+                                        *o += xv * wv;
+                                    }
+                                } else {
+                                    for (o, &xv) in orow.iter_mut().zip(irow.iter().step_by(sx)) {
+                                        *o += xv * wv;
+                                    }
                                 }
                             }
                         }

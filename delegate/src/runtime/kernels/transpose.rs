@@ -3,30 +3,91 @@
 //! input's innermost dim becomes the output's second-innermost (NCHW<->NHWC and the like).
 //! Threaded over output rows.
 
-use super::{numel, strides, Ctx, View, ViewMut};
+use super::{numel, Ctx, View, ViewMut};
+
+/// Most dims a transpose handles (XNNPACK's `XNN_MAX_TENSOR_DIMS`).
+const MAX_RANK: usize = 6;
+
+/// Up to [`MAX_RANK`] dims inline: the per-call shapes and strides allocate nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    len: usize,
+    d: [usize; MAX_RANK],
+}
+
+impl Dims {
+    fn new() -> Dims {
+        Dims { len: 0, d: [0; MAX_RANK] }
+    }
+
+    fn push(&mut self, v: usize) {
+        self.d[self.len] = v;
+        self.len += 1;
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.d[..self.len]
+    }
+}
+
+impl FromIterator<usize> for Dims {
+    /// At most [`MAX_RANK`] items (callers check the rank first).
+    fn from_iter<I: IntoIterator<Item = usize>>(it: I) -> Dims {
+        let mut d = Dims::new();
+        for v in it {
+            d.push(v);
+        }
+        d
+    }
+}
 
 /// `xnn_normalize_transpose_permutation`: returns the reduced (input shape, perm) where
-/// `out.shape[k] = in.shape[perm[k]]`.
-pub fn normalize(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+/// `out.shape[k] = in.shape[perm[k]]`. `perm` must be a permutation of at most [`MAX_RANK`] dims.
+pub fn normalize(shape: &[usize], perm: &[usize]) -> (Dims, Dims) {
     // Drop size-1 dims and renumber the remaining input dims.
-    let keep: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
-    let renum = |d: usize| keep.iter().position(|&k| k == d);
-    let p: Vec<usize> = perm.iter().filter_map(|&d| renum(d)).collect();
-    let s: Vec<usize> = keep.iter().map(|&d| shape[d]).collect();
-    // Group output positions whose input dims are consecutive.
-    let mut groups: Vec<(usize, usize)> = Vec::new(); // (first input dim, count)
-    for &d in &p {
-        match groups.last_mut() {
-            Some((f, c)) if *f + *c == d => *c += 1,
-            _ => groups.push((d, 1)),
+    let mut renum = [usize::MAX; MAX_RANK];
+    let mut s = Dims::new();
+    for (d, &n) in shape.iter().enumerate() {
+        if n != 1 {
+            renum[d] = s.len;
+            s.push(n);
         }
     }
-    let mut by_input: Vec<usize> = (0..groups.len()).collect();
-    by_input.sort_by_key(|&g| groups[g].0);
-    let new_shape: Vec<usize> =
+    let p: Dims = perm.iter().map(|&d| renum[d]).filter(|&d| d != usize::MAX).collect();
+    // Group output positions whose input dims are consecutive: (first input dim, count).
+    let mut groups = [(0usize, 0usize); MAX_RANK];
+    let mut ng = 0usize;
+    for &d in p.iter() {
+        match ng.checked_sub(1).map(|g| &mut groups[g]) {
+            Some((f, c)) if *f + *c == d => *c += 1,
+            _ => {
+                groups[ng] = (d, 1);
+                ng += 1;
+            }
+        }
+    }
+    // Groups in input order (their first dims are distinct).
+    let mut by_input: Dims = (0..ng).collect();
+    by_input.d[..ng].sort_unstable_by_key(|&g| groups[g].0);
+    let new_shape: Dims =
         by_input.iter().map(|&g| (groups[g].0..groups[g].0 + groups[g].1).map(|d| s[d]).product()).collect();
-    let new_perm: Vec<usize> = (0..groups.len()).map(|g| by_input.iter().position(|&h| h == g).unwrap_or(0)).collect();
+    let mut new_perm = Dims { len: ng, d: [0; MAX_RANK] };
+    for (i, &g) in by_input.iter().enumerate() {
+        new_perm.d[g] = i;
+    }
     (new_shape, new_perm)
+}
+
+/// Row-major strides of a shape.
+fn strides_of(shape: &[usize]) -> Dims {
+    let mut st = Dims { len: shape.len(), d: [1; MAX_RANK] };
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        st.d[i] = st.d[i + 1] * shape[i + 1];
+    }
+    st
 }
 
 /// Row groups walked together across the columns (see `transpose_with`).
@@ -54,7 +115,8 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-/// Transposes `x` (row-major `shape`) by `perm` into `out`.
+/// Transposes `x` (row-major `shape`) by `perm` into `out`; `perm` must be a permutation of
+/// at most 6 dims (as [`transpose`] checks).
 pub fn transpose_typed<T: Copy + Default + Send + Sync>(
     ctx: &Ctx,
     x: &[T],
@@ -84,11 +146,11 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
         ctx.par_chunks(&mut out[..n], bytes, 1024, false, |st, c| c.copy_from_slice(&x[st..st + c.len()]));
         return;
     }
-    let ist = strides(&s);
-    let oshape: Vec<usize> = p.iter().map(|&d| s[d]).collect();
+    let ist = strides_of(&s);
+    let oshape: Dims = p.iter().map(|&d| s[d]).collect();
     let inner = oshape[r - 1];
     // Input stride of each output dim.
-    let ost_in: Vec<usize> = p.iter().map(|&d| ist[d]).collect();
+    let ost_in: Dims = p.iter().map(|&d| ist[d]).collect();
     let inner_stride = ost_in[r - 1];
     let tiled = p[r - 2] == r - 1; // consecutive output rows step the input's innermost dim
     let row_base = |row: usize| -> usize {
@@ -120,19 +182,22 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
             // (zeroing a fixed 64 x 64 one cost more than small transposes themselves).
             let (buf_h, buf_w) = (tile_h.min(bdim).min(nrows), tile_w.min(inner));
             let mut buf = if tile_f32.is_some() { Vec::new() } else { vec![T::default(); buf_h * buf_w] };
-            // Row groups (first row in the chunk, height, input offset), each within one
-            // output plane.
-            let mut groups = Vec::new();
-            let mut k = 0;
-            while k < nrows {
-                let row = row0 + k;
-                let h = tile_h.min(bdim - row % bdim).min(nrows - k);
-                groups.push((k, h, row_base(row)));
-                k += h;
-            }
-            // Bands of row groups, columns within a band: a band's input columns (`h` elements
-            // of each input row) and output rows stay in L1/L2 while the band is walked across.
-            for band in groups.chunks(BAND_GROUPS) {
+            // Bands of row groups (first row in the chunk, height, input offset), each group
+            // within one output plane; columns within a band: a band's input columns (`h`
+            // elements of each input row) and output rows stay in L1/L2 while the band is
+            // walked across.
+            let mut next = 0;
+            while next < nrows {
+                let mut groups = [(0usize, 0usize, 0usize); BAND_GROUPS];
+                let mut ng = 0;
+                while ng < BAND_GROUPS && next < nrows {
+                    let row = row0 + next;
+                    let h = tile_h.min(bdim - row % bdim).min(nrows - next);
+                    groups[ng] = (next, h, row_base(row));
+                    ng += 1;
+                    next += h;
+                }
+                let band = &groups[..ng];
                 let mut i0 = 0;
                 while i0 < inner {
                     let w = tile_w.min(inner - i0);
@@ -172,7 +237,10 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
 
 /// Transpose of a typed view; `perm` must be a permutation of `0..shape.len()`.
 pub fn transpose(ctx: &Ctx, x: View, shape: &[usize], perm: &[usize], out: ViewMut) -> Result<(), String> {
-    let mut seen = vec![false; shape.len()];
+    if shape.len() > MAX_RANK {
+        return Err(format!("transpose of rank {} above {MAX_RANK}", shape.len()));
+    }
+    let mut seen = [false; MAX_RANK];
     if perm.len() != shape.len() || !perm.iter().all(|&d| d < shape.len() && !std::mem::replace(&mut seen[d], true)) {
         return Err(format!("{perm:?} is not a permutation of rank {}", shape.len()));
     }
@@ -203,9 +271,17 @@ mod tests {
 
     #[test]
     fn normalization_drops_and_merges() {
-        assert_eq!(normalize(&[1, 8, 4, 5], &[0, 2, 3, 1]), (vec![8, 20], vec![1, 0]));
-        assert_eq!(normalize(&[2, 8, 1, 1], &[0, 2, 3, 1]), (vec![16], vec![0]));
-        assert_eq!(normalize(&[2, 3, 4], &[1, 0, 2]), (vec![2, 3, 4], vec![1, 0, 2]));
-        assert_eq!(normalize(&[2, 3, 4, 5], &[2, 3, 0, 1]), (vec![6, 20], vec![1, 0]));
+        let norm = |shape: &[usize], perm: &[usize]| {
+            let (s, p) = normalize(shape, perm);
+            (s.to_vec(), p.to_vec())
+        };
+        assert_eq!(norm(&[1, 8, 4, 5], &[0, 2, 3, 1]), (vec![8, 20], vec![1, 0]));
+        assert_eq!(norm(&[2, 8, 1, 1], &[0, 2, 3, 1]), (vec![16], vec![0]));
+        assert_eq!(norm(&[2, 3, 4], &[1, 0, 2]), (vec![2, 3, 4], vec![1, 0, 2]));
+        assert_eq!(norm(&[2, 3, 4, 5], &[2, 3, 0, 1]), (vec![6, 20], vec![1, 0]));
+        // Output groups (3 4)(2)(0 1) become input dims [6, 4, 35], read in reverse.
+        assert_eq!(norm(&[2, 3, 4, 5, 7], &[3, 4, 2, 0, 1]), (vec![6, 4, 35], vec![2, 1, 0]));
+        assert_eq!(norm(&[2, 3, 4, 5], &[2, 0, 3, 1]), (vec![2, 3, 4, 5], vec![2, 0, 3, 1]));
+        assert_eq!(norm(&[1, 1], &[1, 0]), (vec![], vec![]));
     }
 }
