@@ -220,32 +220,28 @@ fn compare_known<'m>(
     let ((c1, c2), divisor) = (tol.coefficients(), tol.floor_divisor());
     // The common case first, in one pass: every element finite and within its bound at the
     // magnitude floor (a NaN or infinity on either side makes the difference NaN or infinite,
-    // which fails the test and takes the full path below, which passes all these too).
+    // which fails the test). An element that passes it passes every test below, so the rest
+    // starts at the first one that does not.
     let within_floor = |r: f64, g: f64| {
         let (d, m) = ((g - r).abs(), r.abs() / divisor);
         d <= c1 * m + c2 * m || d <= c1 * m + c2 * m + ulp(out_dt, r)
     };
-    if tol.step.is_none() && got.format == MemoryFormat::Contiguous {
+    let first_beyond = |g: &mut dyn Iterator<Item = f64>| r.iter().zip(g).position(|(&r, g)| !within_floor(r, g));
+    let mut converted_got = None;
+    let start = match (&got.data, got.format) {
+        _ if tol.step.is_some() => Some(0),
         // Read in place: the data order is the logical order that `r` is in.
-        let pass = match &got.data {
-            TensorData::F32(v) => v.iter().zip(r).all(|(&g, &r)| within_floor(r, g as f64)),
-            TensorData::F16(v) => v.iter().zip(r).all(|(&g, &r)| within_floor(r, g.to_f64())),
-            TensorData::Bf16(v) => v.iter().zip(r).all(|(&g, &r)| within_floor(r, bf16_to_f64(g))),
-            TensorData::Qs8(_) => false,
-        };
-        if pass {
-            return None;
-        }
-    }
-    let g = got.values_f64();
-    if tol.step.is_none()
-        && got.format != MemoryFormat::Contiguous
-        && r.iter().zip(&g).all(|(&r, &g)| within_floor(r, g))
-    {
-        return None;
-    }
+        (TensorData::F32(v), MemoryFormat::Contiguous) => first_beyond(&mut v.iter().map(|&g| g as f64)),
+        (TensorData::F16(v), MemoryFormat::Contiguous) => first_beyond(&mut v.iter().map(|g| g.to_f64())),
+        (TensorData::Bf16(v), MemoryFormat::Contiguous) => first_beyond(&mut v.iter().map(|&g| bf16_to_f64(g))),
+        _ => first_beyond(&mut converted_got.insert(got.values_f64()).iter().copied()),
+    };
+    let Some(start) = start else { return None };
+    let g = converted_got.unwrap_or_else(|| got.values_f64());
+    let n = r.len();
     // Before the magnitudes are known, |reference| stands in (overflow needs more).
-    let any_nonfinite = g.iter().zip(r).any(|(g, r)| {
+    let any_nonfinite = (start..n).any(|i| {
+        let (g, r) = (g[i], r[i]);
         (!g.is_finite() && r.is_finite()) || (g.is_nan() && r.is_infinite()) || (g.is_infinite() && r.is_nan())
     });
     let m_cache: Option<Option<Cow<[f64]>>> =
@@ -260,8 +256,8 @@ fn compare_known<'m>(
             _ => finite_or_zero(r[i]).max(peak_m),
         }
     };
-    let finite_close = |i: usize| -> Option<bool> {
-        // Some(pass) when decided without the magnitude.
+    // Where a value is not finite on either side.
+    let nonfinite_close = |i: usize| -> bool {
         if r[i].is_nan() {
             // A NaN made of opposite infinities that f32 overflow produced may come out as one
             // infinity when the partial sums overflow in another order (the mirror of the
@@ -270,30 +266,28 @@ fn compare_known<'m>(
             let overflowed = g[i].is_infinite()
                 && tol.may_overflow(m_hint(i))
                 && matches!(&m_cache, Some(Some(m)) if !m[i].is_nan());
-            Some(g[i].is_nan() || overflowed)
+            g[i].is_nan() || overflowed
         } else if r[i].is_infinite() {
             // Once some partial sum may overflow, an infinite result may come out as the
             // other infinity or NaN (inf - inf) downstream.
-            Some(g[i] == r[i] || (!g[i].is_finite() && tol.may_overflow(m_hint(i))))
-        } else if !g[i].is_finite() {
+            g[i] == r[i] || (!g[i].is_finite() && tol.may_overflow(m_hint(i)))
+        } else {
             // f32 partial sums may overflow where the exact result does not: allowed only
             // when the sum of magnitudes can reach the largest finite value.
-            if tol.may_overflow(m_hint(i)) {
-                Some(true)
-            } else {
-                Some(false)
-            }
-        } else if tol.step.is_none() && within_floor(r[i], g[i]) {
-            // Within the bound at a magnitude no larger than the true one (the bound includes
-            // one ulp and only grows with the magnitude): the twin need not be evaluated.
-            Some(true)
-        } else {
-            None
+            tol.may_overflow(m_hint(i))
         }
     };
-    if (0..r.len()).all(|i| finite_close(i) == Some(true)) {
-        return None;
-    }
+    // Some(pass) when decided without the magnitude: within the bound at a magnitude no
+    // larger than the true one (the bound includes one ulp and only grows with the
+    // magnitude), or not finite.
+    let decided = |i: usize| -> Option<bool> {
+        if r[i].is_finite() && g[i].is_finite() {
+            (tol.step.is_none() && within_floor(r[i], g[i])).then_some(true)
+        } else {
+            Some(nonfinite_close(i))
+        }
+    };
+    let Some(first_undecided) = (start..n).find(|&i| decided(i) != Some(true)) else { return None };
     let m = match &m_cache {
         Some(m) => m.clone(),
         None if tol.step.is_some() => None,
@@ -301,25 +295,31 @@ fn compare_known<'m>(
     };
     let mut lines = vec![];
     let mut bad = 0usize;
-    for i in 0..r.len() {
-        let mi = m.as_ref().map_or(r[i].abs(), |m| m[i]);
-        let b = tol.bound(out_dt, r[i], mi);
-        let ok = match finite_close(i) {
-            Some(v) => v,
-            // A non-finite magnitude (overflowed, or NaN from specials elsewhere) gives no
-            // bound; finite-vs-finite is then all we can say.
-            None => !b.is_finite() || (g[i] - r[i]).abs() <= b,
+    let floor_applies = tol.step.is_none();
+    for i in first_undecided..n {
+        // `decided(i)`, then the bound at the twin's magnitude, with the finite case inline.
+        let (ri, gi) = (r[i], g[i]);
+        let ok = if ri.is_finite() && gi.is_finite() {
+            (floor_applies && within_floor(ri, gi)) || {
+                let b = tol.bound(out_dt, ri, m.as_ref().map_or(ri.abs(), |m| m[i]));
+                // A non-finite magnitude (overflowed, or NaN from specials elsewhere) gives
+                // no bound; finite-vs-finite is then all we can say.
+                !b.is_finite() || (gi - ri).abs() <= b
+            }
+        } else {
+            nonfinite_close(i)
         };
         if !ok {
             bad += 1;
             if lines.len() < 64 {
+                let mi = m.as_ref().map_or(r[i].abs(), |m| m[i]);
                 lines.push(format!(
                     "  [{}] delegate {:e} reference {:e} diff {:e} tol {:e} (magnitude {:e})",
                     index_string(&reference.shape, i),
                     g[i],
                     r[i],
                     (g[i] - r[i]).abs(),
-                    b,
+                    tol.bound(out_dt, r[i], mi),
                     mi
                 ));
             }
