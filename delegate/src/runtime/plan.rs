@@ -4,7 +4,7 @@
 //! shapes propagated per node at run time (value dims are upper bounds).
 
 use super::kernels::conv::ConvGeom;
-use super::kernels::elementwise::{broadcast_shape, Unary};
+use super::kernels::elementwise::Unary;
 use super::kernels::linear::FLAG_TRANSPOSE_WEIGHTS;
 use super::kernels::{self, numel, Ctx, Quant, Scratch, View, ViewMut};
 use super::simd::{self, BinOp, Line};
@@ -549,33 +549,46 @@ fn checked_numel(s: &[usize]) -> Option<usize> {
     s.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }
 
-/// Output shape of a node for concrete input shapes.
+/// Output shape of a node for concrete input shapes, written into `s` (cleared first; the
+/// value's shape buffer of the previous run, so no allocation per node).
 fn infer_shape(
     k: &Kernel,
     shapes: &[&[usize]],
     w_dims: Option<&[usize]>,
     in_numel: usize,
-) -> Result<Vec<usize>, String> {
+    s: &mut Vec<usize>,
+) -> Result<(), String> {
     let x = shapes[0];
-    Ok(match k {
-        Kernel::Binary(_) => broadcast_shape(shapes[0], shapes[1])
-            .ok_or_else(|| format!("shapes {:?} and {:?} do not broadcast", shapes[0], shapes[1]))?,
-        Kernel::Unary(_) | Kernel::Convert => x.to_vec(),
+    s.clear();
+    match k {
+        Kernel::Binary(_) => {
+            let (a, b) = (shapes[0], shapes[1]);
+            let r = a.len().max(b.len());
+            for i in 0..r {
+                let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+                let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+                s.push(match (da, db) {
+                    _ if da == db => da,
+                    (1, d) | (d, 1) => d,
+                    _ => return Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+                });
+            }
+        }
+        Kernel::Unary(_) | Kernel::Convert => s.extend_from_slice(x),
         Kernel::Gap { keep } => {
             if x.len() != 4 {
                 return Err(format!("global average pooling of rank {}", x.len()));
             }
             if *keep {
-                vec![x[0], 1, 1, x[3]]
+                s.extend_from_slice(&[x[0], 1, 1, x[3]]);
             } else {
-                vec![x[0], x[3]]
+                s.extend_from_slice(&[x[0], x[3]]);
             }
         }
         Kernel::Mean { axes, keep } => {
             if axes.iter().any(|&a| a >= x.len()) {
                 return Err(format!("reduction axes {axes:?} out of range for rank {}", x.len()));
             }
-            let mut s = Vec::new();
             for (i, &d) in x.iter().enumerate() {
                 if !axes.contains(&i) {
                     s.push(d);
@@ -583,32 +596,30 @@ fn infer_shape(
                     s.push(1);
                 }
             }
-            s
         }
         Kernel::Transpose { perm } => {
             if perm.len() != x.len() {
                 return Err(format!("permutation {perm:?} for rank {}", x.len()));
             }
-            perm.iter()
-                .map(|&p| x.get(p).copied().ok_or_else(|| format!("bad permutation {perm:?}")))
-                .collect::<Result<_, _>>()?
+            for &p in perm {
+                s.push(x.get(p).copied().ok_or_else(|| format!("bad permutation {perm:?}"))?);
+            }
         }
         Kernel::Reshape { new_shape } => {
             // XNNPACK: a 0 entry is inferred from the element count.
             let known = new_shape.iter().filter(|&&d| d != 0).try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(0);
             let zeros = new_shape.iter().filter(|&&d| d == 0).count();
-            let mut s = new_shape.clone();
+            s.extend_from_slice(new_shape);
             if zeros == 1 && known > 0 && in_numel.is_multiple_of(known) {
                 for d in s.iter_mut().filter(|d| **d == 0) {
                     *d = in_numel / known;
                 }
             }
-            if checked_numel(&s) != Some(in_numel) || zeros > 1 {
+            if checked_numel(s) != Some(in_numel) || zeros > 1 {
                 return Err(format!("cannot reshape {x:?} to {new_shape:?}"));
             }
-            s
         }
-        Kernel::Conv(g) => g.output_shape(x)?,
+        Kernel::Conv(g) => s.extend_from_slice(&g.output_shape(x)?),
         Kernel::FullyConnected { transpose_weights } => {
             let w = w_dims.ok_or("fully connected without filter")?;
             if w.len() != 2 || x.is_empty() {
@@ -618,11 +629,11 @@ fn infer_shape(
             if x[x.len() - 1] != k {
                 return Err(format!("fully connected input {x:?} with filter {w:?}"));
             }
-            let mut s = x.to_vec();
-            *s.last_mut().unwrap_or(&mut 0) = n;
-            s
+            s.extend_from_slice(&x[..x.len() - 1]);
+            s.push(n);
         }
-    })
+    }
+    Ok(())
 }
 
 /// Mutable per-run state of a segment, reused across runs: intermediate blocks and the
@@ -631,6 +642,13 @@ fn infer_shape(
 pub struct SegmentState {
     blocks: Vec<Vec<Line>>,
     shapes: Vec<Vec<usize>>,
+}
+
+impl SegmentState {
+    /// Bytes of its intermediate blocks.
+    pub fn block_capacity_bytes(&self) -> usize {
+        self.blocks.iter().map(|b| b.capacity() * std::mem::size_of::<Line>()).sum()
+    }
 }
 
 /// Most inputs a node reads (a convolution or fully connected node with a bias); `compile`
@@ -651,10 +669,23 @@ pub struct SegmentOutput {
 
 impl SegmentPlan {
     pub fn new_state(&self) -> SegmentState {
-        SegmentState {
-            blocks: self.block_lines.iter().map(|&n| vec![Line::default(); n]).collect(),
-            shapes: self.values.iter().map(|v| v.dims.clone()).collect(),
+        let mut state = SegmentState::default();
+        self.fit_state(&mut state);
+        state
+    }
+
+    /// Makes `state` (this plan's, or one left by another plan) hold a block of at least each
+    /// planned size and a shape per value. Blocks keep their capacity and stale contents: every
+    /// node writes its whole output before any node reads it (`compile` checks that values are
+    /// defined before they are read), so only growth is zero-filled.
+    pub fn fit_state(&self, state: &mut SegmentState) {
+        state.blocks.resize_with(self.block_lines.len(), Vec::new);
+        for (b, &n) in state.blocks.iter_mut().zip(&self.block_lines) {
+            if b.len() < n {
+                b.resize(n, Line::default());
+            }
         }
+        state.shapes.resize_with(self.values.len(), Vec::new);
     }
 
     /// Runs the segment. `step` labels errors.
@@ -675,9 +706,7 @@ impl SegmentPlan {
                 self.input_values.len()
             )));
         }
-        if state.blocks.len() != self.block_lines.len() || state.shapes.len() != self.values.len() {
-            *state = self.new_state();
-        }
+        self.fit_state(state);
         let SegmentState { blocks, shapes } = state;
         // Every value starts at its bounds (the previous run's shapes in place: no allocation).
         for (s, v) in shapes.iter_mut().zip(&self.values) {
@@ -698,6 +727,9 @@ impl SegmentPlan {
             if n.inputs.len() > MAX_NODE_INPUTS || n.inputs.is_empty() {
                 return Err(shape_err(format!("node {} reads {} values", n.index, n.inputs.len())));
             }
+            // The output's shape buffer, out of the table while the inputs' shapes are borrowed
+            // (a node never reads its own output: `compile` checks it).
+            let mut oshape = std::mem::take(&mut shapes[n.output]);
             let mut in_shapes: [&[usize]; MAX_NODE_INPUTS] = [&[]; MAX_NODE_INPUTS];
             for (d, &i) in in_shapes.iter_mut().zip(&n.inputs) {
                 *d = &shapes[i];
@@ -705,7 +737,7 @@ impl SegmentPlan {
             let in_shapes = &in_shapes[..n.inputs.len()];
             let w_dims = n.inputs.get(1).map(|&i| shapes[i].as_slice());
             let in_numel = numel(in_shapes[0]);
-            let oshape = infer_shape(&n.kernel, in_shapes, w_dims, in_numel)
+            infer_shape(&n.kernel, in_shapes, w_dims, in_numel, &mut oshape)
                 .map_err(|e| shape_err(format!("node {} ({:?}): {e}", n.index, n.kernel)))?;
             let ov = &self.values[n.output];
             let on = checked_numel(&oshape).unwrap_or(usize::MAX);

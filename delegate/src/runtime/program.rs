@@ -29,6 +29,46 @@ struct RunState {
 /// its runs; the bound keeps many programs alive at once from parking buffers forever.
 const MAX_SPARE_STATES: usize = 4;
 
+/// Run-time buffers of dropped programs kept per thread for the next program's first run (the
+/// harness prepares a few programs per case, one after the other, on each thread): its blocks
+/// and scratch are then neither allocated nor zeroed again (`SegmentPlan::fit_state` only grows
+/// what is too small). Bounded in count and size so a thread never parks more than a few MiB.
+const MAX_THREAD_STATES: usize = 4;
+const MAX_THREAD_STATE_BYTES: usize = 4 << 20;
+
+thread_local! {
+    static THREAD_STATES: std::cell::RefCell<Vec<RunState>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl RunState {
+    /// Bytes of the buffers it holds.
+    fn bytes(&self) -> usize {
+        let blocks: usize = self.segments.iter().map(|s| s.block_capacity_bytes()).sum();
+        let Scratch { a, b, c } = &self.scratch;
+        blocks + 4 * (a.capacity() + b.capacity() + c.capacity())
+    }
+
+    /// Parks the state for the next program on this thread (or drops it: too large, the pool
+    /// full, or the thread exiting).
+    fn park_on_thread(self) {
+        if self.segments.is_empty() || self.bytes() > MAX_THREAD_STATE_BYTES {
+            return;
+        }
+        let _ = THREAD_STATES.try_with(|pool| {
+            if let Ok(mut pool) = pool.try_borrow_mut() {
+                if pool.len() < MAX_THREAD_STATES {
+                    pool.push(self);
+                }
+            }
+        });
+    }
+
+    /// A state parked by a dropped program on this thread, if any.
+    fn from_thread() -> Option<RunState> {
+        THREAD_STATES.try_with(|pool| pool.try_borrow_mut().ok()?.pop()).ok().flatten()
+    }
+}
+
 /// What loading and planning produced: read-only, shared by every configuration of a program.
 struct Loaded {
     slots: Vec<TensorSpec>,
@@ -110,9 +150,10 @@ fn view_of(t: &Tensor) -> View<'_> {
 }
 
 impl Drop for Program {
-    /// Hands the run-time buffers to the next configuration of the same loaded program. A
-    /// poisoned state (a kernel panicked mid-run, a block may be missing) is dropped instead,
-    /// and one never run holds nothing to hand over.
+    /// Hands the run-time buffers to the next configuration of the same loaded program (or,
+    /// when it has enough, to the next program on this thread). A poisoned state (a kernel
+    /// panicked mid-run, a block may be missing) is dropped instead, and one never run holds
+    /// nothing to hand over.
     fn drop(&mut self) {
         if let Ok(state) = self.state.get_mut() {
             if state.segments.is_empty() {
@@ -122,7 +163,20 @@ impl Drop for Program {
             let mut spare = self.l.spare.lock().unwrap_or_else(|e| e.into_inner());
             if spare.len() < MAX_SPARE_STATES {
                 spare.push(state);
+            } else {
+                drop(spare);
+                state.park_on_thread();
             }
+        }
+    }
+}
+
+impl Drop for Loaded {
+    /// The last configuration is gone: its buffers go to the next program on this thread.
+    fn drop(&mut self) {
+        let spare = self.spare.get_mut().map(std::mem::take).unwrap_or_default();
+        for state in spare {
+            state.park_on_thread();
         }
     }
 }
@@ -238,15 +292,6 @@ impl Program {
         Program { l, pool, isa, opts, state: Mutex::new(spare.unwrap_or_default()) }
     }
 
-    /// Per-segment run-time state (intermediate blocks, shape tables), in program order.
-    fn new_segment_states(&self) -> Vec<SegmentState> {
-        let states = self.l.steps.iter().filter_map(|s| match s {
-            ExecStep::Delegate { plan, .. } => Some(plan.new_state()),
-            _ => None,
-        });
-        states.collect()
-    }
-
     /// The same loaded program at another SIMD level and pool, without serializing, loading
     /// and planning again (the plans are shared; run-time buffers are not). The
     /// `DELEGATE_FORCE_SCALAR` override is the one read when the program was prepared.
@@ -302,10 +347,15 @@ impl Program {
             slots[*s] = Some(Cow::Borrowed(t));
         }
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let RunState { segments, scratch } = &mut *guard;
-        if segments.len() != self.l.payloads.len() {
-            *segments = self.new_segment_states();
+        if guard.segments.is_empty() {
+            // First run of a fresh configuration: a dropped program's buffers, if this thread
+            // has some (`SegmentPlan::run` fits each segment's state to its plan).
+            if let Some(parked) = RunState::from_thread() {
+                *guard = parked;
+            }
         }
+        let RunState { segments, scratch } = &mut *guard;
+        segments.resize_with(self.l.payloads.len(), SegmentState::default);
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
         let mut seg_i = 0;
         for (i, st) in self.l.steps.iter().enumerate() {
@@ -448,5 +498,46 @@ mod tests {
         let r = p.reconfigure(SimdLevel::Auto, pool).unwrap();
         assert_eq!(spare(), 0);
         assert_eq!(r.run(std::slice::from_ref(&x)).unwrap(), want);
+    }
+
+    #[test]
+    fn a_dropped_program_hands_its_buffers_to_the_next_one_on_its_thread() {
+        // Two programs with intermediate blocks: the second runs on the first's stale blocks.
+        let square_mean = || {
+            let g = GraphBuilder::new();
+            let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
+            let y = g.mean(g.square(x), &[2], true);
+            g.finish(&[y]).unwrap()
+        };
+        let mul_add = || {
+            let g = GraphBuilder::new();
+            let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
+            let y = g.add(g.mul(x, x), g.square(x));
+            g.finish(&[g.mean(y, &[1], false)]).unwrap()
+        };
+        let x = Tensor::f32(&[2, 3, 4], (0..24).map(|i| i as f32 * 0.5 - 5.0).collect());
+        let run_fresh = |graph: reference::Graph, x: Tensor| {
+            // On a thread of its own: no parked buffers there.
+            std::thread::spawn(move || {
+                let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+                Program::new(&lowered, &RunOptions::default()).unwrap().run(&[x]).unwrap()
+            })
+            .join()
+            .unwrap()
+        };
+        let want = run_fresh(mul_add(), x.clone());
+        let parked = || THREAD_STATES.with(|p| p.borrow().len());
+        assert_eq!(parked(), 0);
+        let first = lower(&square_mean(), LoweringMode::StaticMean).unwrap();
+        let p = Program::new(&first, &RunOptions::default()).unwrap();
+        p.run(std::slice::from_ref(&x)).unwrap();
+        drop(p);
+        assert_eq!(parked(), 1);
+        let second = lower(&mul_add(), LoweringMode::StaticMean).unwrap();
+        let q = Program::new(&second, &RunOptions::default()).unwrap();
+        assert_eq!(parked(), 1, "a program takes parked buffers at its first run, not before");
+        assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
+        assert_eq!(parked(), 0);
+        assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
     }
 }
