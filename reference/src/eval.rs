@@ -398,73 +398,94 @@ fn conv2d(
     let ys: Vec<_> = (0..kh).map(|i| inside(0, i, h, oh)).collect();
     let xs: Vec<_> = (0..kw).map(|j| inside(1, j, wd, ow)).collect();
     let (plane, oplane) = (h * wd, oh * ow);
-    // Stride 1 and an output as wide as the input (1x1 and "same" convolutions): output
-    // position k of a tap reads input position k plus a fixed shift, so the tap's terms for
-    // all its output rows are one run. The output columns it misses lie inside that run and
-    // add -0.0 instead (see `add_products_where`); `cols[j][k]`: all ones where column j
-    // reaches the input at output position k, else zero.
-    let flat = st == [1, 1] && ow == wd;
-    let cols: Vec<Vec<u64>> = match flat {
-        true => xs
-            .iter()
-            .map(|&(x0, x1)| (0..oplane).map(|k| if (x0..x1).contains(&(k % ow)) { u64::MAX } else { 0 }).collect())
-            .collect(),
-        false => vec![],
+    // Every output position of every batch, `ni * oplane + k`, is one accumulator, so a tap
+    // (ci, i, j) adds its terms to all of them in one run: `src[off + pos]`, its input value
+    // at position `pos` (see below), times its weight. Kernel position (i, j) reaches the
+    // input from output rows y0..y1 and columns x0..x1 only; `keep[i * kw + j]` is its mask
+    // over the positions (all ones inside, zero outside), or None when it covers them all. A
+    // position outside adds -0.0 instead (see `add_products_where`).
+    let positions = n * oplane;
+    let keep: Vec<Option<Vec<u64>>> = (0..kh * kw)
+        .map(|t| {
+            let ((y0, y1), (x0, x1)) = (ys[t / kw], xs[t % kw]);
+            (y1 - y0 < oh || x1 - x0 < ow).then(|| {
+                let rows = (0..oh).map(|y| (y0..y1).contains(&y));
+                let plane_mask: Vec<u64> = rows
+                    .flat_map(|inside| (0..ow).map(move |x| if inside && (x0..x1).contains(&x) { u64::MAX } else { 0 }))
+                    .collect();
+                plane_mask.repeat(n)
+            })
+        })
+        .collect();
+    // Stride 1 and an output the size of the input (1x1 and "same" convolutions): the input
+    // itself, with each channel's batches side by side (`(ch * n + ni) * plane`), is `src`,
+    // as output position `pos` of a tap reads input position `pos` plus a fixed shift (`base`
+    // zeros before it and enough after serve the masked positions that fall off either
+    // end). Otherwise each tap's terms for all positions are gathered into a run of their own
+    // (masked positions hold 0.0).
+    let same = st == [1, 1] && (oh, ow) == (h, wd);
+    let (src, base, chstride, toff): (Vec<f64>, usize, usize, Vec<isize>) = if same {
+        let toff: Vec<isize> = (0..kh * kw)
+            .map(|t| {
+                let (i, j) = ((t / kw) as isize, (t % kw) as isize);
+                (i * dil[0] as isize - pad[0] as isize) * wd as isize + j * dil[1] as isize - pad[1] as isize
+            })
+            .collect();
+        let (lo, hi) = toff.iter().fold((0isize, 0isize), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let lead = lo.unsigned_abs();
+        let mut src = vec![0.0; lead + xv.len() + hi.max(0) as usize];
+        for (k, xc) in xv.chunks_exact(plane).enumerate() {
+            let (ni, ch) = (k / c, k % c);
+            src[lead + (ch * n + ni) * plane..][..plane].copy_from_slice(xc);
+        }
+        (src, lead, n * plane, toff)
+    } else {
+        let mut src = vec![0.0; c * kh * kw * positions];
+        for (k, xc) in xv.chunks_exact(plane).enumerate() {
+            let (ni, ch) = (k / c, k % c);
+            for (i, &(y0, y1)) in ys.iter().enumerate() {
+                for (j, &(x0, x1)) in xs.iter().enumerate() {
+                    if y0 == y1 || x0 == x1 {
+                        continue;
+                    }
+                    let run = &mut src[((ch * kh + i) * kw + j) * positions + ni * oplane..][..oplane];
+                    let ix0 = x0 * st[1] + j * dil[1] - pad[1];
+                    for y in y0..y1 {
+                        let iy = y * st[0] + i * dil[0] - pad[0];
+                        let from = xc[iy * wd + ix0..].iter().step_by(st[1]);
+                        run[y * ow + x0..y * ow + x1].iter_mut().zip(from).for_each(|(d, &v)| *d = v);
+                    }
+                }
+            }
+        }
+        (src, 0, kh * kw * positions, (0..kh * kw).map(|t| (t * positions) as isize).collect())
     };
     let mut out = vec![0.0; n * o * oplane];
-    // One accumulator (sum, correction) per output position of the current output channel,
-    // in every batch. Each one is summed in the order ci, kernel row, kernel column, then the
-    // bias: the loops below visit (ci, i, j) in that order and, for each, add the tap to every
-    // output it touches.
-    let (mut sums, mut comps) = (vec![0.0; n * oplane], vec![0.0; n * oplane]);
+    // One accumulator (sum, correction) per position. Each one is summed in the order ci,
+    // kernel row, kernel column, then the bias: the loops below visit (ci, i, j) in that
+    // order and, for each, add the tap to every position.
+    let (mut sums, mut comps) = (vec![0.0; positions], vec![0.0; positions]);
     for oi in 0..o {
         let g = oi / og;
         sums.fill(Acc::new().s);
         comps.fill(Acc::new().c);
         for ci in 0..cg {
             let wc = &wv[(oi * cg + ci) * kh * kw..][..kh * kw];
-            for (i, &(y0, y1)) in ys.iter().enumerate() {
-                for (j, &(x0, x1)) in xs.iter().enumerate() {
-                    if y0 == y1 || x0 == x1 {
-                        continue;
-                    }
-                    let we = wc[i * kw + j];
-                    // Input position of the tap's first output (y0, x0).
-                    let (iy0, ix0) = (y0 * st[0] + i * dil[0] - pad[0], x0 * st[1] + j * dil[1] - pad[1]);
-                    for ni in 0..n {
-                        let xc = &xv[(ni * c + g * cg + ci) * plane..][..plane];
-                        let (s, cm) = (&mut sums[ni * oplane..][..oplane], &mut comps[ni * oplane..][..oplane]);
-                        if flat {
-                            let run = y0 * ow + x0..(y1 - 1) * ow + x1;
-                            let from = &xc[iy0 * wd + ix0..][..run.len()];
-                            if x1 - x0 == ow {
-                                add_products(&mut s[run.clone()], &mut cm[run], from, we);
-                            } else {
-                                add_products_where(&mut s[run.clone()], &mut cm[run.clone()], from, we, &cols[j][run]);
-                            }
-                            continue;
-                        }
-                        for y in y0..y1 {
-                            let iy = iy0 + (y - y0) * st[0];
-                            let row = y * ow + x0..y * ow + x1;
-                            let from = &xc[iy * wd + ix0..];
-                            if st[1] == 1 {
-                                add_products(&mut s[row.clone()], &mut cm[row], &from[..x1 - x0], we);
-                            } else {
-                                let (s, cm) = (&mut s[row.clone()], &mut cm[row]);
-                                for ((s, cm), &xe) in s.iter_mut().zip(cm).zip(from.iter().step_by(st[1])) {
-                                    two_sum(s, cm, xe * we);
-                                }
-                            }
-                        }
-                    }
+            let chbase = base + (g * cg + ci) * chstride;
+            for (t, &we) in wc.iter().enumerate() {
+                if ys[t / kw].0 == ys[t / kw].1 || xs[t % kw].0 == xs[t % kw].1 {
+                    continue;
+                }
+                let from = &src[(chbase as isize + toff[t]) as usize..][..positions];
+                match &keep[t] {
+                    None => add_products(&mut sums, &mut comps, from, we),
+                    Some(keep) => add_products_where(&mut sums, &mut comps, from, we, keep),
                 }
             }
         }
-        for ni in 0..n {
+        for (ni, (s, cm)) in sums.chunks_exact(oplane).zip(comps.chunks_exact(oplane)).enumerate() {
             let dst = &mut out[(ni * o + oi) * oplane..][..oplane];
-            let accs = sums[ni * oplane..].iter().zip(&comps[ni * oplane..]);
-            for (d, (&s, &c)) in dst.iter_mut().zip(accs) {
+            for (d, (&s, &c)) in dst.iter_mut().zip(s.iter().zip(cm)) {
                 let mut acc = Acc { s, c };
                 if let Some(bv) = &bv {
                     acc.add(bv[oi]);
