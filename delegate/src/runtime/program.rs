@@ -513,7 +513,8 @@ mod tests {
             let g = GraphBuilder::new();
             let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
             let y = g.add(g.mul(x, x), g.square(x));
-            g.finish(&[g.mean(y, &[1], false)]).unwrap()
+            let m = g.mean(y, &[1], false);
+            g.finish(&[m]).unwrap()
         };
         let x = Tensor::f32(&[2, 3, 4], (0..24).map(|i| i as f32 * 0.5 - 5.0).collect());
         let run_fresh = |graph: reference::Graph, x: Tensor| {

@@ -1140,7 +1140,7 @@ fn window_pixels<T: Lane, X: Copy, const P: usize>(
 /// general path's block and bounds bookkeeping cost several times the arithmetic.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize>(
+fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize, const FULL: bool>(
     acc: &mut [T],
     n: usize,
     start: Start<T>,
@@ -1157,9 +1157,14 @@ fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize>(
             Start::From(b) => Some(&b[..n]),
         };
         if let Some(from) = from {
-            for t in 0..L {
-                if t < n {
-                    rq[t] = from[t];
+            if FULL {
+                // n == L: a copy of known length (one vector load, no test per element).
+                rq.copy_from_slice(&from[..L]);
+            } else {
+                for t in 0..L {
+                    if t < n {
+                        rq[t] = from[t];
+                    }
                 }
             }
         }
@@ -1178,9 +1183,13 @@ fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize>(
     }
     for (q, rq) in r.iter().enumerate() {
         let a = &mut acc[q * n..q * n + n];
-        for t in 0..L {
-            if t < n {
-                a[t] = rq[t];
+        if FULL {
+            a[..L].copy_from_slice(rq);
+        } else {
+            for t in 0..L {
+                if t < n {
+                    a[t] = rq[t];
+                }
             }
         }
     }
@@ -1189,7 +1198,7 @@ fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize>(
 /// Every pixel of a [`Window`] of `L`-column filter rows (see [`window_narrow`]), four at a
 /// time while four are left.
 #[inline(always)]
-fn window_narrow_all<T: Lane, X: Copy, const L: usize>(
+fn window_narrow_all<T: Lane, X: Copy, const L: usize, const FULL: bool>(
     out: &mut [T],
     n: usize,
     start: Start<T>,
@@ -1200,11 +1209,11 @@ fn window_narrow_all<T: Lane, X: Copy, const L: usize>(
 ) {
     let mut p = 0;
     while p + 4 <= win.pixels {
-        window_narrow::<T, X, L, 4>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, win);
+        window_narrow::<T, X, L, 4, FULL>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, win);
         p += 4;
     }
     while p < win.pixels {
-        window_narrow::<T, X, L, 1>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, win);
+        window_narrow::<T, X, L, 1, FULL>(&mut out[p * n..], n, start, &x[p * win.pixel_step..], xv, w, win);
         p += 1;
     }
 }
@@ -1227,8 +1236,12 @@ fn window_body<T: Lane, X: Copy>(
     let n = out.len() / win.pixels;
     if win.col == 0 && n <= win.ld {
         match win.ld {
-            4 => return window_narrow_all::<T, X, 4>(out, n, start, x, xv, w, &win),
-            8 => return window_narrow_all::<T, X, 8>(out, n, start, x, xv, w, &win),
+            // Every output column a filter column (the common 4 or 8 output channels), or
+            // padding columns past the outputs.
+            4 if n == 4 => return window_narrow_all::<T, X, 4, true>(out, n, start, x, xv, w, &win),
+            8 if n == 8 => return window_narrow_all::<T, X, 8, true>(out, n, start, x, xv, w, &win),
+            4 => return window_narrow_all::<T, X, 4, false>(out, n, start, x, xv, w, &win),
+            8 => return window_narrow_all::<T, X, 8, false>(out, n, start, x, xv, w, &win),
             _ => {}
         }
     }

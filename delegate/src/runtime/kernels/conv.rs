@@ -6,7 +6,7 @@
 //! channel), whatever path computes it, so every path gives the same bits.
 
 use super::convert::{from_f32, to_f32};
-use super::{sized, Ctx, Scratch, View, ViewMut};
+use super::{sized_for_overwrite, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd::{self, Start};
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -492,7 +492,7 @@ pub fn conv2d(
             Ok(())
         }
         o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
-            let t = sized(sc, o.len());
+            let t = sized_for_overwrite(sc, o.len()); // conv_f32 writes every output
             conv_f32(ctx, g, xf, ish, wf, bf.as_deref(), t, osh);
             finish(t);
             from_f32(ctx, t, o)

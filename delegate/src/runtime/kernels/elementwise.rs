@@ -22,14 +22,49 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// Whether right-aligned shapes `a` and `b` broadcast to exactly `out` (as
+/// `broadcast_shape(a, b) == Some(out)`, without building the shape).
+fn broadcasts_to(a: &[usize], b: &[usize], out: &[usize]) -> bool {
+    let r = out.len();
+    if a.len().max(b.len()) != r {
+        return false;
+    }
+    (0..r).all(|i| {
+        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        match (da, db) {
+            _ if da == db => da == out[i],
+            (1, d) | (d, 1) => d == out[i],
+            _ => false,
+        }
+    })
+}
+
 /// Highest rank of a binary op (XNNPACK's `XNN_MAX_TENSOR_DIMS`; `compile` refuses more).
 const MAX_DIMS: usize = 6;
 
+/// A broadcast layout: merged output dims and each operand's stride per dim, inline (at most
+/// [`MAX_DIMS`]; no allocation per op).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    len: usize,
+    dims: [usize; MAX_DIMS],
+    sa: [usize; MAX_DIMS],
+    sb: [usize; MAX_DIMS],
+}
+
+impl Layout {
+    fn parts(&self) -> [&[usize]; 3] {
+        [&self.dims[..self.len], &self.sa[..self.len], &self.sb[..self.len]]
+    }
+}
+
 /// Output dims with each operand's stride (0 where it broadcasts), adjacent dims merged.
-fn broadcast_layout(a: &[usize], b: &[usize], out: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+/// Ranks are at most [`MAX_DIMS`] (`binary` checks).
+fn broadcast_layout(a: &[usize], b: &[usize], out: &[usize]) -> Layout {
     let r = out.len();
-    let stride_of = |s: &[usize]| -> Vec<usize> {
-        let mut st = vec![0; r];
+    let stride_of = |s: &[usize]| -> [usize; MAX_DIMS] {
+        let mut st = [0; MAX_DIMS];
         let mut acc = 1;
         for i in (0..r).rev() {
             let d = if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
@@ -39,29 +74,26 @@ fn broadcast_layout(a: &[usize], b: &[usize], out: &[usize]) -> (Vec<usize>, Vec
         st
     };
     let (sa, sb) = (stride_of(a), stride_of(b));
-    let (mut dims, mut ma, mut mb): (Vec<usize>, Vec<usize>, Vec<usize>) = (vec![], vec![], vec![]);
+    let mut l = Layout { len: 0, dims: [0; MAX_DIMS], sa: [0; MAX_DIMS], sb: [0; MAX_DIMS] };
     for i in 0..r {
         if out[i] == 1 {
             continue;
         }
-        if let (Some(&d), Some(&pa), Some(&pb)) = (dims.last(), ma.last(), mb.last()) {
-            let _ = d;
-            if pa == sa[i] * out[i] && pb == sb[i] * out[i] {
-                let k = dims.len() - 1;
-                dims[k] *= out[i];
-                ma[k] = sa[i];
-                mb[k] = sb[i];
+        if let Some(k) = l.len.checked_sub(1) {
+            if l.sa[k] == sa[i] * out[i] && l.sb[k] == sb[i] * out[i] {
+                l.dims[k] *= out[i];
+                l.sa[k] = sa[i];
+                l.sb[k] = sb[i];
                 continue;
             }
         }
-        dims.push(out[i]);
-        ma.push(sa[i]);
-        mb.push(sb[i]);
+        (l.dims[l.len], l.sa[l.len], l.sb[l.len]) = (out[i], sa[i], sb[i]);
+        l.len += 1;
     }
-    if dims.is_empty() {
-        return (vec![1], vec![0], vec![0]);
+    if l.len == 0 {
+        (l.len, l.dims[0]) = (1, 1);
     }
-    (dims, ma, mb)
+    l
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -75,13 +107,13 @@ fn binary_f32(
     out: &mut [f32],
     osh: &[usize],
 ) {
-    let (dims, sa, sb) = broadcast_layout(ash, bsh, osh);
+    let layout = broadcast_layout(ash, bsh, osh);
     let isa = ctx.isa;
     let bytes = 3 * out.len() * 4;
     // Chunks may start and end inside a row: same-shape operands merge into one long row,
     // which must still split across threads.
     ctx.par_chunks(out, bytes, 1024, false, |start, chunk| {
-        simd::bin_rows(isa, op, a, b, [&dims, &sa, &sb], start, chunk);
+        simd::bin_rows(isa, op, a, b, layout.parts(), start, chunk);
     });
 }
 
@@ -106,11 +138,11 @@ pub fn binary(
     act: Option<(f32, f32)>,
     scratch: &mut Scratch,
 ) -> Result<(), String> {
-    if broadcast_shape(ash, bsh).as_deref() != Some(osh) {
-        return Err(format!("cannot broadcast {ash:?} and {bsh:?} to {osh:?}"));
+    if osh.len() > MAX_DIMS || ash.len() > osh.len() || bsh.len() > osh.len() {
+        return Err(format!("cannot broadcast {ash:?} and {bsh:?} to {osh:?} (rank at most {MAX_DIMS})"));
     }
-    if osh.len() > MAX_DIMS {
-        return Err(format!("binary op of rank {} above {MAX_DIMS}", osh.len()));
+    if !broadcasts_to(ash, bsh, osh) {
+        return Err(format!("cannot broadcast {ash:?} and {bsh:?} to {osh:?}"));
     }
     let n = numel(osh);
     if a.len() != numel(ash) || b.len() != numel(bsh) || out.len() != n {
@@ -203,8 +235,16 @@ mod tests {
     fn broadcast_layout_merges() {
         assert_eq!(broadcast_shape(&[2, 3, 4], &[4]), Some(vec![2, 3, 4]));
         assert_eq!(broadcast_shape(&[2, 3], &[4]), None);
-        assert_eq!(broadcast_layout(&[2, 3, 4], &[2, 3, 4], &[2, 3, 4]), (vec![24], vec![1], vec![1]));
-        assert_eq!(broadcast_layout(&[2, 3, 4], &[4], &[2, 3, 4]), (vec![6, 4], vec![4, 1], vec![0, 1]));
-        assert_eq!(broadcast_layout(&[2, 3, 4], &[2, 3, 1], &[2, 3, 4]), (vec![6, 4], vec![4, 1], vec![1, 0]));
+        let layout = |a: &[usize], b: &[usize], o: &[usize]| {
+            let [d, sa, sb] = broadcast_layout(a, b, o).parts().map(|p| p.to_vec());
+            (d, sa, sb)
+        };
+        assert_eq!(layout(&[2, 3, 4], &[2, 3, 4], &[2, 3, 4]), (vec![24], vec![1], vec![1]));
+        assert_eq!(layout(&[2, 3, 4], &[4], &[2, 3, 4]), (vec![6, 4], vec![4, 1], vec![0, 1]));
+        assert_eq!(layout(&[2, 3, 4], &[2, 3, 1], &[2, 3, 4]), (vec![6, 4], vec![4, 1], vec![1, 0]));
+        assert_eq!(layout(&[1, 1], &[1], &[1, 1]), (vec![1], vec![0], vec![0]));
+        assert!(broadcasts_to(&[2, 1, 4], &[3, 1], &[2, 3, 4]));
+        assert!(!broadcasts_to(&[2, 1, 4], &[3, 1], &[2, 3, 5]));
+        assert!(!broadcasts_to(&[2, 3], &[3], &[3]));
     }
 }

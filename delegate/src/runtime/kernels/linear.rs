@@ -4,7 +4,7 @@
 
 use super::conv::{float_cow, float_vec};
 use super::convert::{from_f32, to_f32};
-use super::{sized, Ctx, Scratch, View, ViewMut};
+use super::{sized_for_overwrite, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd;
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -121,7 +121,7 @@ pub fn fully_connected(
             Ok(())
         }
         o @ (ViewMut::F16(_) | ViewMut::Bf16(_)) => {
-            let t = sized(sc, m * n);
+            let t = sized_for_overwrite(sc, m * n); // `run` writes every output
             run(t);
             from_f32(ctx, t, o)
         }

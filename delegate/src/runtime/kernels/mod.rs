@@ -172,15 +172,8 @@ pub struct Scratch {
     pub c: Vec<f32>,
 }
 
-/// Resizes `v` to `n` elements, reusing its capacity.
-pub fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    v.clear();
-    v.resize(n, 0.0);
-    &mut v[..]
-}
-
 /// `v` as `n` elements for a kernel that overwrites every one of them: capacity and stale
-/// contents are reused, only growth is zero-filled (no memset per call, unlike [`sized`]).
+/// contents are reused, only growth is zero-filled (no memset per call).
 pub fn sized_for_overwrite(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);

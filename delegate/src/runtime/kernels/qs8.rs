@@ -15,7 +15,7 @@
 use super::conv::{self, ConvGeom};
 use super::convert::convert;
 use super::elementwise::binary as binary_float;
-use super::{numel, Ctx, Quant, Scratch, View, ViewMut};
+use super::{numel, sized_for_overwrite, Ctx, Quant, Scratch, View, ViewMut};
 use crate::runtime::simd::{self, BinOp, Start};
 
 /// `out = quantize(act(dequant(a) op dequant(b)))` with broadcasting (physical shapes).
@@ -41,16 +41,14 @@ pub fn binary(
     let mut fb = std::mem::take(&mut scratch.b);
     let mut fo = std::mem::take(&mut scratch.c);
     let result = (|| {
-        fa.clear();
-        fa.resize(a.0.len(), 0.0);
-        fb.clear();
-        fb.resize(b.0.len(), 0.0);
-        fo.clear();
-        fo.resize(out.len(), 0.0);
-        convert(ctx, View::I8(a.0), ViewMut::F32(&mut fa), Some(a.1))?;
-        convert(ctx, View::I8(b.0), ViewMut::F32(&mut fb), Some(b.1))?;
-        binary_float(ctx, op, View::F32(&fa), ash, View::F32(&fb), bsh, ViewMut::F32(&mut fo), osh, act, scratch)?;
-        convert(ctx, View::F32(&fo), ViewMut::I8(out), Some(qo))
+        // Each buffer is written whole (dequantized, then the float op) before it is read.
+        let fa = sized_for_overwrite(&mut fa, a.0.len());
+        let fb = sized_for_overwrite(&mut fb, b.0.len());
+        let fo = sized_for_overwrite(&mut fo, out.len());
+        convert(ctx, View::I8(a.0), ViewMut::F32(fa), Some(a.1))?;
+        convert(ctx, View::I8(b.0), ViewMut::F32(fb), Some(b.1))?;
+        binary_float(ctx, op, View::F32(fa), ash, View::F32(fb), bsh, ViewMut::F32(fo), osh, act, scratch)?;
+        convert(ctx, View::F32(fo), ViewMut::I8(out), Some(qo))
     })();
     scratch.a = fa;
     scratch.b = fb;
