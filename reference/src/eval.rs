@@ -403,7 +403,7 @@ fn conv2d(
     // at position `pos` (see below), times its weight. Kernel position (i, j) reaches the
     // input from output rows y0..y1 and columns x0..x1 only; `keep[i * kw + j]` is its mask
     // over the positions (all ones inside, zero outside), or None when it covers them all. A
-    // position outside adds -0.0 instead (see `add_products_where`).
+    // position outside adds -0.0 instead (see `add_products_n`).
     let positions = n * oplane;
     let keep: Vec<Option<Vec<u64>>> = (0..kh * kw)
         .map(|t| {
@@ -465,6 +465,10 @@ fn conv2d(
     // kernel row, kernel column, then the bias: the loops below visit (ci, i, j) in that
     // order and, for each, add the tap to every position.
     let (mut sums, mut comps) = (vec![0.0; positions], vec![0.0; positions]);
+    // Taps go `TAPS` at a time (consecutive in that order) through one pass over the
+    // accumulators; a tap without a mask then takes the all-ones one.
+    let ones = vec![u64::MAX; if keep.iter().any(Option::is_some) { positions } else { 0 }];
+    let mut group: Vec<(&[f64], f64, Option<&[u64]>)> = Vec::with_capacity(TAPS);
     for oi in 0..o {
         let g = oi / og;
         sums.fill(Acc::new().s);
@@ -477,12 +481,15 @@ fn conv2d(
                     continue;
                 }
                 let from = &src[(chbase as isize + toff[t]) as usize..][..positions];
-                match &keep[t] {
-                    None => add_products(&mut sums, &mut comps, from, we),
-                    Some(keep) => add_products_where(&mut sums, &mut comps, from, we, keep),
+                group.push((from, we, keep[t].as_deref()));
+                if group.len() == TAPS {
+                    add_tap_group(&mut sums, &mut comps, &group, &ones);
+                    group.clear();
                 }
             }
         }
+        add_tap_group(&mut sums, &mut comps, &group, &ones);
+        group.clear();
         for (ni, (s, cm)) in sums.chunks_exact(oplane).zip(comps.chunks_exact(oplane)).enumerate() {
             let dst = &mut out[(ni * o + oi) * oplane..][..oplane];
             for (d, (&s, &c)) in dst.iter_mut().zip(s.iter().zip(cm)) {
@@ -507,17 +514,86 @@ fn add_products(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64) {
     }
 }
 
-/// [`add_products`] where only the positions whose `keep` mask is all ones take their
-/// product; the others (mask zero) add -0.0, which leaves their accumulator as skipping them
-/// would: `x + -0.0` is `x` for every x (-0.0, infinities and NaN included), so TwoSum keeps
-/// `s` and adds an exact zero to `c`, whose sign of zero never matters ([`Acc::value`] reads
-/// `c` only when it is not zero).
+/// How many taps [`add_tap_group`] adds in one pass.
+const TAPS: usize = 4;
+
+/// Adds up to [`TAPS`] taps (input run, weight, mask) to every accumulator, in their order:
+/// [`add_products_n`] for their number, masked when any of them is (`ones`: an all-ones mask
+/// as long as the accumulators, for those without one).
+fn add_tap_group(s: &mut [f64], c: &mut [f64], group: &[(&[f64], f64, Option<&[u64]>)], ones: &[u64]) {
+    fn split<'a, const T: usize>(
+        group: &[(&'a [f64], f64, Option<&'a [u64]>)],
+        ones: &'a [u64],
+    ) -> ([&'a [f64]; T], [f64; T], Option<[&'a [u64]; T]>) {
+        let masked = group.iter().any(|g| g.2.is_some());
+        (
+            std::array::from_fn(|t| group[t].0),
+            std::array::from_fn(|t| group[t].1),
+            masked.then(|| std::array::from_fn(|t| group[t].2.unwrap_or(ones))),
+        )
+    }
+    match group.len() {
+        0 => {}
+        1 => {
+            let (x, w, keep) = split::<1>(group, ones);
+            add_products_n(s, c, x, w, keep)
+        }
+        2 => {
+            let (x, w, keep) = split::<2>(group, ones);
+            add_products_n(s, c, x, w, keep)
+        }
+        3 => {
+            let (x, w, keep) = split::<3>(group, ones);
+            add_products_n(s, c, x, w, keep)
+        }
+        _ => {
+            let (x, w, keep) = split::<TAPS>(group, ones);
+            add_products_n(s, c, x, w, keep)
+        }
+    }
+}
+
+/// For every position k, `two_sum(s[k], c[k], x[t][k] * w[t])` for t = 0, 1, .. in turn: the
+/// terms of `T` taps in one pass, each accumulator loaded and stored once. With `keep`, a
+/// position whose mask of tap t is zero adds -0.0 for that tap instead, which leaves its
+/// accumulator as skipping the term would: `x + -0.0` is `x` for every x (-0.0, infinities
+/// and NaN included), so TwoSum keeps `s` and adds an exact zero to `c`, whose sign of zero
+/// never matters ([`Acc::value`] reads `c` only when it is not zero).
 #[inline(never)]
-fn add_products_where(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64, keep: &[u64]) {
-    for (((s, c), &xe), &k) in s.iter_mut().zip(c).zip(x).zip(keep) {
-        // A select by bit masks (the product's bits, or those of -0.0), so the loop vectorizes.
-        let term = f64::from_bits((xe * w).to_bits() & k | (-0.0f64).to_bits() & !k);
-        two_sum(s, c, term);
+fn add_products_n<const T: usize>(
+    s: &mut [f64],
+    c: &mut [f64],
+    x: [&[f64]; T],
+    w: [f64; T],
+    keep: Option<[&[u64]; T]>,
+) {
+    let n = s.len().min(c.len());
+    let (s, c) = (&mut s[..n], &mut c[..n]);
+    let x = x.map(|x| &x[..n]);
+    match keep {
+        None => {
+            for k in 0..n {
+                let (mut sk, mut ck) = (s[k], c[k]);
+                for t in 0..T {
+                    two_sum(&mut sk, &mut ck, x[t][k] * w[t]);
+                }
+                (s[k], c[k]) = (sk, ck);
+            }
+        }
+        Some(keep) => {
+            let keep = keep.map(|m| &m[..n]);
+            for k in 0..n {
+                let (mut sk, mut ck) = (s[k], c[k]);
+                for t in 0..T {
+                    // A select by bit masks (the product's bits, or those of -0.0), so the
+                    // loop vectorizes.
+                    let m = keep[t][k];
+                    let term = f64::from_bits((x[t][k] * w[t]).to_bits() & m | (-0.0f64).to_bits() & !m);
+                    two_sum(&mut sk, &mut ck, term);
+                }
+                (s[k], c[k]) = (sk, ck);
+            }
+        }
     }
 }
 
