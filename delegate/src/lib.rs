@@ -10,7 +10,7 @@ pub mod runtime;
 pub mod serialize;
 pub mod xnn;
 
-pub use lower::{lower, lower_with, LowerError, LowerOptions};
+pub use lower::{lower, lower_modes, lower_with, LowerError, LowerOptions};
 pub use program::{LoweredProgram, Summary};
 
 /// Which lowering of `mean.dim` to reproduce.

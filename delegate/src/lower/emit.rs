@@ -51,20 +51,27 @@ impl Role {
     }
 }
 
+#[derive(Clone, Copy)]
+struct NodeIds {
+    /// Id of the value defined for the node as [`Role::Plain`] (`INVALID_VALUE_ID` until
+    /// defined).
+    plain: u32,
+    /// External output id of an output root that takes one directly (`INVALID_VALUE_ID`
+    /// for none).
+    ext_out: u32,
+    /// The implicit quantize reading the node, if any (see `storage`).
+    implicit_quant: Option<usize>,
+}
+
 struct Emitter<'a> {
-    pg: &'a PGraph,
+    pg: &'a PGraph<'a>,
     g: &'a Graph,
     xg: XnnGraph,
-    /// Id of the value defined for each subgraph node as [`Role::Plain`], indexed by node
-    /// (`INVALID_VALUE_ID` until defined): nearly every value is plain, so a flat table.
-    plain_ids: Vec<u32>,
+    /// What the visitors track per subgraph node, indexed by node (one table rather than
+    /// three: nearly every value is plain, so flat tables beat maps).
+    per_node: Vec<NodeIds>,
     /// Ids of the values defined in other roles (weights, biases): (node, role key, id).
     role_ids: Vec<(usize, u64, u32)>,
-    /// External output id of each output root that takes one directly, indexed by node
-    /// (`INVALID_VALUE_ID` for none).
-    ext_out: Vec<u32>,
-    /// The implicit quantize reading each node, if any, indexed by node (see `storage`).
-    implicit_quant: Vec<Option<usize>>,
 }
 
 fn unsupported(pg: &PGraph, g: &Graph, i: usize, reason: impl Into<String>) -> LowerError {
@@ -161,7 +168,7 @@ impl<'a> Emitter<'a> {
             let q = spec.quant.map(|q| XQuant::PerTensor { scale: q.scale, zero_point: q.zero_point });
             return (XnnDatatype::Qint8, q);
         }
-        if let Some(q) = self.implicit_quant[root].and_then(|k| self.pg.qparams(k, self.g)) {
+        if let Some(q) = self.per_node[root].implicit_quant.and_then(|k| self.pg.qparams(k, self.g)) {
             return (XnnDatatype::Qint8, Some(XQuant::PerTensor { scale: q.scale, zero_point: q.zero_point }));
         }
         (xdtype(spec.dtype), None)
@@ -256,7 +263,7 @@ impl<'a> Emitter<'a> {
         }
         let (external_id, flags) = match node.kind {
             Kind::Placeholder { ext, .. } => (ext as u32, VALUE_FLAG_EXTERNAL_INPUT),
-            _ => match self.ext_out[root] {
+            _ => match self.per_node[root].ext_out {
                 INVALID_VALUE_ID => (INVALID_VALUE_ID, 0),
                 e => (e, VALUE_FLAG_EXTERNAL_OUTPUT),
             },
@@ -269,7 +276,7 @@ impl<'a> Emitter<'a> {
             self.xg.output_ids.push(id);
         }
         match role {
-            Role::Plain => self.plain_ids[root] = id,
+            Role::Plain => self.per_node[root].plain = id,
             _ => self.role_ids.push((root, role.key(), id)),
         }
         Ok(id)
@@ -278,7 +285,7 @@ impl<'a> Emitter<'a> {
     /// The id of the value already defined for `root` in `role`, if any.
     fn defined(&self, root: usize, role: Role) -> Option<u32> {
         match role {
-            Role::Plain => Some(self.plain_ids[root]).filter(|&id| id != INVALID_VALUE_ID),
+            Role::Plain => Some(self.per_node[root].plain).filter(|&id| id != INVALID_VALUE_ID),
             _ => {
                 let key = role.key();
                 self.role_ids.iter().find(|&&(r, k, _)| r == root && k == key).map(|&(_, _, id)| id)
@@ -594,7 +601,8 @@ impl<'a> Emitter<'a> {
 /// Serializes one delegate's post-pass subgraph.
 pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, LowerError> {
     let num_inputs = pg.num_inputs;
-    let mut ext_out = vec![INVALID_VALUE_ID; pg.nodes.len()];
+    let none = NodeIds { plain: INVALID_VALUE_ID, ext_out: INVALID_VALUE_ID, implicit_quant: None };
+    let mut per_node = vec![none; pg.nodes.len()];
     // Outputs whose value is an input, a constant, or an earlier output get their own
     // value through an XNNCopy (ExecuTorch refuses such pass-throughs).
     let mut needs_copy = Vec::new();
@@ -604,10 +612,10 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
         }
         let root = pg.resolve(o, g);
         let is_in = matches!(pg.nodes[root].kind, Kind::Placeholder { .. } | Kind::Param { .. });
-        if is_in || ext_out[root] != INVALID_VALUE_ID {
+        if is_in || per_node[root].ext_out != INVALID_VALUE_ID {
             needs_copy.push((k, root));
         } else {
-            ext_out[root] = (num_inputs + k) as u32;
+            per_node[root].ext_out = (num_inputs + k) as u32;
         }
     }
     // Sized for the most this delegate can define (a value per node, plus a copy per
@@ -631,24 +639,15 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
     };
     // A value feeding an implicit quantize is stored as qint8 with that quantize's params
     // (`QuantParams.from_outputs`): the first such live quantize in node order.
-    let mut implicit_quant = vec![None; pg.nodes.len()];
     for (k, n) in pg.nodes.iter().enumerate() {
         if let Some(&root) = n.inputs.first() {
             let quantizes = n.alive && n.implicit && pg.is_quant(k, g) && pg.qparams(k, g).is_some();
-            if quantizes && implicit_quant[root].is_none() {
-                implicit_quant[root] = Some(k);
+            if quantizes && per_node[root].implicit_quant.is_none() {
+                per_node[root].implicit_quant = Some(k);
             }
         }
     }
-    let mut e = Emitter {
-        pg,
-        g,
-        xg,
-        plain_ids: vec![INVALID_VALUE_ID; pg.nodes.len()],
-        role_ids: Vec::new(),
-        ext_out,
-        implicit_quant,
-    };
+    let mut e = Emitter { pg, g, xg, per_node, role_ids: Vec::new() };
     for &i in &pg.order {
         if pg.nodes[i].alive {
             e.visit(i)?;

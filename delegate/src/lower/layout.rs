@@ -14,6 +14,8 @@ use crate::program::SlotId;
 use crate::LoweringMode;
 use reference::graph::{mean_axes, Graph, NodeId, Op, TensorSpec};
 use reference::{ElemType, MemoryFormat, QuantParams};
+use std::borrow::Cow;
+use std::ops::{Deref, DerefMut};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
@@ -31,12 +33,75 @@ pub enum Kind {
     Dequant(QuantParams),
 }
 
+/// A node's inputs: up to three inline (every graph op reads at most three values: conv
+/// and linear with a bias), more on the heap. Every subgraph node has a list and the
+/// layout pass asks for distinct inputs often, so they are not a `Vec` each.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ins {
+    len: usize,
+    inline: [usize; 3],
+    /// All of them, when there are more than fit inline.
+    spill: Vec<usize>,
+}
+
+impl Ins {
+    pub fn from_slice(xs: &[usize]) -> Ins {
+        let mut ins = Ins::default();
+        for &x in xs {
+            ins.push(x);
+        }
+        ins
+    }
+
+    pub fn push(&mut self, x: usize) {
+        if self.len < self.inline.len() {
+            self.inline[self.len] = x;
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.inline);
+            }
+            self.spill.push(x);
+        }
+        self.len += 1;
+    }
+}
+
+impl Deref for Ins {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        if self.spill.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Ins {
+    type Item = &'a usize;
+    type IntoIter = std::slice::Iter<'a, usize>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl DerefMut for Ins {
+    fn deref_mut(&mut self) -> &mut [usize] {
+        if self.spill.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spill
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
-pub struct PNode {
+pub struct PNode<'g> {
     pub kind: Kind,
-    pub inputs: Vec<usize>,
+    pub inputs: Ins,
     /// Logical (NCHW-order) shape, dtype and quant params; `format` is the eager format.
-    pub spec: TensorSpec,
+    /// Borrowed from the graph for the nodes that stand for graph nodes (most of them).
+    pub spec: Cow<'g, TensorSpec>,
     pub tag: Option<bool>,
     /// An implicit q/dq: serialized as nothing, its value is its input's.
     pub implicit: bool,
@@ -60,8 +125,8 @@ pub enum Target {
 
 /// One delegate's subgraph, as the layout pass and the visitors see it.
 #[derive(Clone, Debug)]
-pub struct PGraph {
-    pub nodes: Vec<PNode>,
+pub struct PGraph<'g> {
+    pub nodes: Vec<PNode<'g>>,
     /// Graph order (params, placeholders, then ops; inserted nodes right after their input).
     pub order: Vec<usize>,
     /// The output tuple.
@@ -70,6 +135,8 @@ pub struct PGraph {
     pub out_nhwc: Vec<bool>,
     pub num_inputs: usize,
     pub mode: LoweringMode,
+    /// The buffer [`PGraph::order_snapshot`] lends out, kept to save an allocation per walk.
+    spare: Vec<usize>,
 }
 
 pub(crate) fn ambiguous(spec: &TensorSpec) -> bool {
@@ -98,10 +165,10 @@ fn mutant(_m: &str) -> bool {
     false
 }
 
-impl PGraph {
+impl<'g> PGraph<'g> {
     /// The subgraph of one partition: lifted constants, placeholders in first-use order,
     /// then the member ops in graph order.
-    pub fn build(g: &Graph, plan: &Plan, p: &Partition, slots: &[SlotId]) -> Result<PGraph, LowerError> {
+    pub fn build(g: &'g Graph, plan: &Plan, p: &Partition, slots: &[SlotId]) -> Result<PGraph<'g>, LowerError> {
         let mut pg = PGraph {
             nodes: Vec::new(),
             order: Vec::new(),
@@ -109,39 +176,37 @@ impl PGraph {
             out_nhwc: Vec::new(),
             num_inputs: 0,
             mode: plan.mode,
+            spare: Vec::new(),
         };
         // Graph node -> subgraph node, indexed by graph node id.
         let mut map: Vec<Option<usize>> = vec![None; g.nodes.len()];
-        let mut member = vec![false; g.nodes.len()];
-        for &m in &p.nodes {
-            member[m] = true;
-        }
         pg.nodes.reserve(p.nodes.len() + p.inputs.len() + 4);
         pg.order.reserve(p.nodes.len() + p.inputs.len() + 4);
         for &m in &p.nodes {
             for &i in &g.nodes[m].inputs {
-                if !member[i] && matches!(g.nodes[i].op, Op::Constant { .. }) && map[i].is_none() {
-                    let k = pg.push(Kind::Param { node: i }, vec![], g.nodes[i].spec.clone(), 0);
+                // (A constant is never a member: partitions hold ops only.)
+                if matches!(g.nodes[i].op, Op::Constant { .. }) && map[i].is_none() {
+                    let k = pg.push(Kind::Param { node: i }, Ins::default(), Cow::Borrowed(&g.nodes[i].spec), 0);
                     pg.order.push(k);
                     map[i] = Some(k);
                 }
             }
         }
         for (ext, (&i, &slot)) in p.inputs.iter().zip(slots).enumerate() {
-            let k = pg.push(Kind::Placeholder { ext, slot, node: i }, vec![], g.nodes[i].spec.clone(), 0);
+            let k =
+                pg.push(Kind::Placeholder { ext, slot, node: i }, Ins::default(), Cow::Borrowed(&g.nodes[i].spec), 0);
             pg.order.push(k);
             map[i] = Some(k);
         }
         pg.num_inputs = p.inputs.len();
         for &m in &p.nodes {
-            // Sized up front (collecting into a `Result` would grow it one push at a time).
-            let mut ins = Vec::with_capacity(g.nodes[m].inputs.len());
+            let mut ins = Ins::default();
             for &i in &g.nodes[m].inputs {
                 ins.push(
                     map[i].ok_or_else(|| LowerError::Internal { reason: format!("partition input {i} not mapped") })?,
                 );
             }
-            let k = pg.push(Kind::Op { node: m }, ins, g.nodes[m].spec.clone(), plan.debug_handle[m]);
+            let k = pg.push(Kind::Op { node: m }, ins, Cow::Borrowed(&g.nodes[m].spec), plan.debug_handle[m]);
             pg.nodes[k].implicit = plan.implicit[m];
             pg.order.push(k);
             map[m] = Some(k);
@@ -158,7 +223,7 @@ impl PGraph {
     /// `FuseActivationPass` (runs before the layout pass): a relu/hardtanh whose input is
     /// a conv, linear, add, sub or mul read by nothing else becomes that op's output range.
     fn fuse_activations(&mut self, g: &Graph) {
-        let order = self.order.clone();
+        let order = self.order_snapshot();
         for &a in &order {
             let Some(range) = self.op(a, g).and_then(fuseable_activation) else { continue };
             let Some(&pre) = self.nodes[a].inputs.first() else { continue };
@@ -172,9 +237,18 @@ impl PGraph {
                 self.order.retain(|&x| x != a);
             }
         }
+        self.spare = order;
     }
 
-    fn push(&mut self, kind: Kind, inputs: Vec<usize>, spec: TensorSpec, debug_handle: u32) -> usize {
+    /// A copy of `order` to walk while the walk edits it; hand it back through `spare`.
+    fn order_snapshot(&mut self) -> Vec<usize> {
+        let mut v = std::mem::take(&mut self.spare);
+        v.clear();
+        v.extend_from_slice(&self.order);
+        v
+    }
+
+    fn push(&mut self, kind: Kind, inputs: Ins, spec: Cow<'g, TensorSpec>, debug_handle: u32) -> usize {
         self.nodes.push(PNode {
             kind,
             inputs,
@@ -196,7 +270,7 @@ impl PGraph {
     }
 
     /// The graph op of a node (`None` for placeholders, params and inserted nodes).
-    pub fn op<'g>(&self, i: usize, g: &'g Graph) -> Option<&'g Op> {
+    pub fn op<'a>(&self, i: usize, g: &'a Graph) -> Option<&'a Op> {
         match self.nodes[i].kind {
             Kind::Op { node } => Some(&g.nodes[node].op),
             _ => None,
@@ -250,9 +324,9 @@ impl PGraph {
     }
 
     /// Distinct input nodes (`all_input_nodes`).
-    pub fn input_nodes(&self, i: usize) -> Vec<usize> {
-        let mut v = Vec::with_capacity(self.nodes[i].inputs.len());
-        for &x in &self.nodes[i].inputs {
+    pub fn input_nodes(&self, i: usize) -> Ins {
+        let mut v = Ins::default();
+        for &x in self.nodes[i].inputs.iter() {
             if !v.contains(&x) {
                 v.push(x);
             }
@@ -269,7 +343,7 @@ impl PGraph {
     fn replace_input(&mut self, target: Target, old: usize, new: usize) {
         match target {
             Target::Node(t) => {
-                for x in &mut self.nodes[t].inputs {
+                for x in self.nodes[t].inputs.iter_mut() {
                     if *x == old {
                         *x = new;
                     }
@@ -441,7 +515,7 @@ fn class(pg: &PGraph, i: usize, g: &Graph) -> Result<Class, LowerError> {
 
 /// Runs the layout pass, the binary re-converge and the redundant-copy removal.
 pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), LowerError> {
-    let snapshot = pg.order.clone();
+    let snapshot = pg.order_snapshot();
     for &i in &snapshot {
         if !pg.nodes[i].alive {
             continue;
@@ -459,7 +533,7 @@ pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), Lower
                 pg.nodes[i].tag = Some(true);
             }
             Class::Nchw => {
-                for x in pg.input_nodes(i) {
+                for &x in &pg.input_nodes(i) {
                     input_to_nchw(pg, g, x, Target::Node(i))?;
                 }
             }
@@ -477,19 +551,23 @@ pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), Lower
             Class::Agnostic => converge(pg, g, i, false)?,
         }
     }
-    let outs = pg.outputs.clone();
-    for (k, o) in outs.into_iter().enumerate() {
+    // The outputs as they were before this loop rewires any of them.
+    let mut outs = snapshot;
+    outs.clear();
+    outs.extend_from_slice(&pg.outputs);
+    for (k, &o) in outs.iter().enumerate() {
         if pg.out_nhwc[k] {
             input_to_nhwc(pg, g, o, Target::Output)?;
         } else {
             input_to_nchw(pg, g, o, Target::Output)?;
         }
     }
+    pg.spare = outs;
     for n in &mut pg.nodes {
         n.partner = None;
     }
     // Re-converge binary ops whose operands ended up in different layouts.
-    let order = pg.order.clone();
+    let order = pg.order_snapshot();
     for &i in &order {
         if !pg.nodes[i].alive || !matches!(pg.op(i, g), Some(Op::Binary(_))) {
             continue;
@@ -499,6 +577,7 @@ pub fn run(pg: &mut PGraph, g: &Graph, _opts: &LowerOptions) -> Result<(), Lower
             converge(pg, g, i, true)?;
         }
     }
+    pg.spare = order;
     repair_rewired_inputs(pg, g)?;
     remove_redundant_copies(pg, g);
     repair_rewired_inputs(pg, g)?;
@@ -549,13 +628,13 @@ fn repair_convert(pg: &mut PGraph, g: &Graph, x: usize, target: Target, nhwc: bo
     match wrap {
         Some(qp) => {
             let handle = crate::xnn::DEFAULT_DEBUG_HANDLE;
-            let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.clone() };
-            let q = pg.push(Kind::Quant(qp), vec![copy], qspec, handle);
+            let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.as_ref().clone() };
+            let q = pg.push(Kind::Quant(qp), Ins::from_slice(&[copy]), Cow::Owned(qspec), handle);
             pg.nodes[q].tag = Some(nhwc);
             pg.nodes[q].implicit = true;
             pg.insert_after(copy, q);
-            let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.clone() };
-            let dq = pg.push(Kind::Dequant(qp), vec![q], dspec, handle);
+            let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.as_ref().clone() };
+            let dq = pg.push(Kind::Dequant(qp), Ins::from_slice(&[q]), Cow::Owned(dspec), handle);
             pg.nodes[dq].tag = Some(nhwc);
             pg.nodes[dq].implicit = true;
             pg.insert_after(q, dq);
@@ -567,7 +646,7 @@ fn repair_convert(pg: &mut PGraph, g: &Graph, x: usize, target: Target, nhwc: bo
 }
 
 fn repair_rewired_inputs(pg: &mut PGraph, g: &Graph) -> Result<(), LowerError> {
-    let order = pg.order.clone();
+    let order = pg.order_snapshot();
     for &i in &order {
         if !pg.nodes[i].alive || pg.nodes[i].inputs.is_empty() || pg.nodes[i].implicit {
             continue;
@@ -603,6 +682,7 @@ fn repair_rewired_inputs(pg: &mut PGraph, g: &Graph) -> Result<(), LowerError> {
             }
         }
     }
+    pg.spare = order;
     Ok(())
 }
 
@@ -709,7 +789,7 @@ fn input_to_nchw(pg: &mut PGraph, g: &Graph, x: usize, target: Target) -> Result
 
 fn new_copy(pg: &mut PGraph, x: usize, nhwc: bool) -> usize {
     let spec = pg.nodes[x].spec.clone();
-    let k = pg.push(Kind::Copy { nhwc }, vec![x], spec, crate::xnn::DEFAULT_DEBUG_HANDLE);
+    let k = pg.push(Kind::Copy { nhwc }, Ins::from_slice(&[x]), spec, crate::xnn::DEFAULT_DEBUG_HANDLE);
     pg.nodes[k].tag = Some(nhwc);
     pg.insert_after(x, k);
     k
@@ -722,13 +802,13 @@ fn insert_copy(pg: &mut PGraph, g: &Graph, x: usize, copy: usize, target: Target
     let handle = crate::xnn::DEFAULT_DEBUG_HANDLE;
     if let (true, Some(qp)) = (pg.is_dequant(x, g), qp) {
         // dq_old -> copy -> q_new -> dq_new; every user of dq_old moves to dq_new.
-        let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.clone() };
-        let q = pg.push(Kind::Quant(qp), vec![copy], qspec, handle);
+        let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.as_ref().clone() };
+        let q = pg.push(Kind::Quant(qp), Ins::from_slice(&[copy]), Cow::Owned(qspec), handle);
         pg.nodes[q].tag = tag;
         pg.nodes[q].implicit = true;
         pg.insert_after(copy, q);
-        let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.clone() };
-        let dq = pg.push(Kind::Dequant(qp), vec![q], dspec, handle);
+        let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.as_ref().clone() };
+        let dq = pg.push(Kind::Dequant(qp), Ins::from_slice(&[q]), Cow::Owned(dspec), handle);
         pg.nodes[dq].tag = tag;
         pg.insert_after(q, dq);
         if pg.nodes[x].implicit {
@@ -739,17 +819,18 @@ fn insert_copy(pg: &mut PGraph, g: &Graph, x: usize, copy: usize, target: Target
         pg.replace_input(Target::Node(copy), dq, x);
     } else if let (true, Some(qp)) = (pg.is_quant(x, g), qp) {
         // q_old -> dq_new -> copy -> q_new -> target, both new nodes implicit.
-        let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[x].spec.clone() };
-        let dq = pg.push(Kind::Dequant(qp), vec![x], dspec, handle);
+        let dspec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[x].spec.as_ref().clone() };
+        let dq = pg.push(Kind::Dequant(qp), Ins::from_slice(&[x]), Cow::Owned(dspec), handle);
         pg.nodes[dq].tag = pg.nodes[x].tag;
         pg.nodes[dq].implicit = true;
         pg.insert_after(x, dq);
-        let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.clone() };
-        let q = pg.push(Kind::Quant(qp), vec![copy], qspec, handle);
+        let qspec = TensorSpec { dtype: ElemType::Qs8, quant: Some(qp), ..pg.nodes[copy].spec.as_ref().clone() };
+        let q = pg.push(Kind::Quant(qp), Ins::from_slice(&[copy]), Cow::Owned(qspec), handle);
         pg.nodes[q].tag = tag;
         pg.nodes[q].implicit = true;
         pg.insert_after(copy, q);
-        pg.nodes[copy].spec = TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.clone() };
+        pg.nodes[copy].spec =
+            Cow::Owned(TensorSpec { dtype: ElemType::F32, quant: None, ..pg.nodes[copy].spec.as_ref().clone() });
         pg.replace_input(Target::Node(copy), x, dq);
         pg.replace_input(target, x, q);
     } else {
@@ -775,7 +856,7 @@ fn rewire_users(pg: &mut PGraph, old: usize, new: usize) {
 /// `RemoveRedundantCopyPass`: opposite copies back to back cancel; a copy into the layout
 /// its input already has is dropped; the same across `dq -> copy -> q` chains.
 fn remove_redundant_copies(pg: &mut PGraph, g: &Graph) {
-    let snapshot = pg.order.clone();
+    let snapshot = pg.order_snapshot();
     for &i in &snapshot {
         if !pg.nodes[i].alive || pg.nodes[i].inputs.is_empty() || !pg.is_format_copy(i, g) {
             continue;
@@ -799,6 +880,7 @@ fn remove_redundant_copies(pg: &mut PGraph, g: &Graph) {
             pg.remove_if_unused(i);
         }
     }
+    pg.spare = snapshot;
 }
 
 /// (Ours, as above: ExecuTorch drops the q/dq pairs without comparing their parameters,

@@ -69,10 +69,84 @@ pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, LowerE
 pub fn lower_with(graph: &Graph, opts: &LowerOptions) -> Result<LoweredProgram, LowerError> {
     graph.validate()?;
     let plan = partition::plan(graph, opts);
+    lower_planned(graph, opts, &plan, None)
+}
+
+/// Lowers `graph` once per entry of `opts`: element `k` equals `lower_with(graph, &opts[k])`
+/// (the same program, or the same error), with the mode-independent work done once: the
+/// graph is validated once, the partitioner's user lists are built once, a plan is reused
+/// by every later entry when the graph has no mean (the only op whose config reads the
+/// mode) and the entries share `enable_bf16`, and a delegate whose partition holds no
+/// mean is lowered once and cloned into every later entry with the same partition.
+pub fn lower_modes(graph: &Graph, opts: &[LowerOptions]) -> Vec<Result<LoweredProgram, LowerError>> {
+    if let Err(e) = graph.validate() {
+        let e = LowerError::from(e);
+        return opts.iter().map(|_| Err(e.clone())).collect();
+    }
+    let users = partition::users(graph);
+    let has_mean = graph.nodes.iter().any(|n| matches!(n.op, Op::Mean { .. }));
+    let mut cache = SegmentCache::default();
+    let mut last_plan: Option<(bool, partition::Plan)> = None;
+    let mut out = Vec::with_capacity(opts.len());
+    for (k, o) in opts.iter().enumerate() {
+        // Without a mean, `partition::check` gives every node the same verdict in every
+        // mode, so the plan differs only in its `mode` field.
+        let plan = match last_plan.take() {
+            Some((bf16, mut p)) if !has_mean && bf16 == o.enable_bf16 => {
+                p.mode = o.mode;
+                p
+            }
+            _ => partition::plan_with_users(graph, o, &users),
+        };
+        // The last entry has no one to share its delegates with.
+        let remember = k + 1 < opts.len();
+        out.push(lower_planned(graph, o, &plan, Some((&mut cache, remember))));
+        last_plan = Some((o.enable_bf16, plan));
+    }
+    out
+}
+
+/// Delegates already lowered by an earlier [`lower_modes`] entry, keyed by what their
+/// XNNPACK graph depends on. The layout pass and the visitors read the mode only at mean
+/// nodes (`layout::class`, `layout::repair_rewired_inputs`), and `emit` reads no option at
+/// all, so a partition without a mean lowers to the same graph in every mode given the
+/// same members, hand-offs and implicit q/dq flags (the program slots of its hand-offs
+/// are not part of the graph; they are allocated per entry).
+#[derive(Default)]
+struct SegmentCache {
+    entries: Vec<CachedSegment>,
+}
+
+struct CachedSegment {
+    partition: partition::Partition,
+    /// `plan.implicit` of each member, in member order.
+    implicit: Vec<bool>,
+    graph: Result<crate::xnn::XnnGraph, LowerError>,
+}
+
+/// Lowers one delegate partition: subgraph, layout pass, visitors.
+fn lower_partition(
+    graph: &Graph,
+    plan: &partition::Plan,
+    p: &partition::Partition,
+    ext_inputs: &[SlotId],
+    opts: &LowerOptions,
+) -> Result<crate::xnn::XnnGraph, LowerError> {
+    let mut pg = layout::PGraph::build(graph, plan, p, ext_inputs)?;
+    layout::run(&mut pg, graph, opts)?;
+    emit::emit(&pg, graph, opts)
+}
+
+fn lower_planned(
+    graph: &Graph,
+    opts: &LowerOptions,
+    plan: &partition::Plan,
+    mut cache: Option<(&mut SegmentCache, bool)>,
+) -> Result<LoweredProgram, LowerError> {
     let mut b = Builder { graph, slots: Vec::new(), constants: Vec::new(), slot_of: vec![None; graph.nodes.len()] };
 
     let inputs: Vec<SlotId> = graph.inputs.iter().map(|&i| b.slot_for(i)).collect();
-    let mut steps = Vec::new();
+    let mut steps = Vec::with_capacity(plan.units.len());
     for unit in &plan.units {
         match unit {
             partition::Unit::Portable { node, reason } => {
@@ -89,9 +163,10 @@ pub fn lower_with(graph: &Graph, opts: &LowerOptions) -> Result<LoweredProgram, 
             }
             partition::Unit::Delegate(p) => {
                 let ext_inputs = p.inputs.iter().map(|&i| b.existing_slot(i)).collect::<Result<Vec<_>, _>>()?;
-                let mut pg = layout::PGraph::build(graph, &plan, p, &ext_inputs)?;
-                layout::run(&mut pg, graph, opts)?;
-                let xg = emit::emit(&pg, graph, opts)?;
+                let xg = match cache.as_mut() {
+                    Some((c, remember)) => segment_graph(graph, plan, p, &ext_inputs, opts, c, *remember)?,
+                    None => lower_partition(graph, plan, p, &ext_inputs, opts)?,
+                };
                 let outs: Vec<SlotId> = p.outputs.iter().map(|&o| b.slot_for(o)).collect();
                 steps.push(Step::Delegate(DelegateSegment { graph: xg, inputs: ext_inputs, outputs: outs }));
             }
@@ -109,6 +184,39 @@ pub fn lower_with(graph: &Graph, opts: &LowerOptions) -> Result<LoweredProgram, 
     };
     program.summary = summary::summarize(&program);
     Ok(program)
+}
+
+/// The XNNPACK graph of partition `p`: from `cache` when an earlier entry lowered the same
+/// mean-free partition, else lowered now (and remembered, when `remember`, if mean-free).
+fn segment_graph(
+    graph: &Graph,
+    plan: &partition::Plan,
+    p: &partition::Partition,
+    ext_inputs: &[SlotId],
+    opts: &LowerOptions,
+    cache: &mut SegmentCache,
+    remember: bool,
+) -> Result<crate::xnn::XnnGraph, LowerError> {
+    let mean_free = p.nodes.iter().all(|&m| !matches!(graph.nodes[m].op, Op::Mean { .. }));
+    if !mean_free {
+        return lower_partition(graph, plan, p, ext_inputs, opts);
+    }
+    let same = |c: &CachedSegment| {
+        c.partition == *p && c.implicit.iter().zip(&p.nodes).all(|(&imp, &m)| imp == plan.implicit[m])
+    };
+    if let Some(c) = cache.entries.iter().find(|c| same(c)) {
+        return c.graph.clone();
+    }
+    let xg = lower_partition(graph, plan, p, ext_inputs, opts);
+    if !remember {
+        return xg;
+    }
+    cache.entries.push(CachedSegment {
+        partition: p.clone(),
+        implicit: p.nodes.iter().map(|&m| plan.implicit[m]).collect(),
+        graph: xg.clone(),
+    });
+    xg
 }
 
 /// Allocates program slots: one per value that lives outside every delegate.

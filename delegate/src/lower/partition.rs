@@ -312,7 +312,7 @@ fn keeps_qparams(g: &Graph, u: &Users, id: NodeId) -> bool {
     out.is_some() && ins.iter().all(|&d| params(d) == out)
 }
 
-struct Users {
+pub(crate) struct Users {
     /// `list[start[x]..start[x + 1]]` are the distinct nodes reading `x`, ascending (one
     /// flat list rather than a vector per node: this runs for every lowering).
     start: Vec<usize>,
@@ -332,7 +332,8 @@ fn distinct(ins: &[NodeId]) -> impl Iterator<Item = NodeId> + '_ {
     ins.iter().enumerate().filter(move |&(k, i)| !ins[..k].contains(i)).map(|(_, &i)| i)
 }
 
-fn users(g: &Graph) -> Users {
+/// Who reads each node: mode-independent, so [`super::lower_modes`] builds it once.
+pub(crate) fn users(g: &Graph) -> Users {
     let n = g.nodes.len();
     let mut start = vec![0usize; n + 1];
     for node in &g.nodes {
@@ -384,8 +385,12 @@ fn dq_inputs(g: &Graph, id: NodeId) -> Option<Vec<NodeId>> {
 }
 
 pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
+    plan_with_users(g, opts, &users(g))
+}
+
+/// [`plan`] with the user lists of `g` already built.
+pub(crate) fn plan_with_users(g: &Graph, opts: &LowerOptions, u: &Users) -> Plan {
     let n = g.nodes.len();
-    let u = users(g);
     let mut reason: Vec<Option<String>> = vec![None; n];
     let mut claimed = vec![false; n];
     for id in 0..n {
@@ -409,9 +414,9 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
                 claimed[id]
                     && !no_group[id]
                     && quant_anchor(&g.nodes[id].op)
-                    && quant_output(g, &u, id).is_some_and(|t| t.iter().all(|&x| claimed[x]))
+                    && quant_output(g, u, id).is_some_and(|t| t.iter().all(|&x| claimed[x]))
                     && dq_inputs(g, id).is_some_and(|d| d.iter().all(|&q| claimed[q]))
-                    && keeps_qparams(g, &u, id)
+                    && keeps_qparams(g, u, id)
             })
             .collect();
         loop {
@@ -455,13 +460,13 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
             .map(|id| {
                 let mut m = dq_inputs(g, id).unwrap_or_default();
                 m.push(id);
-                m.extend(quant_output(g, &u, id).unwrap_or_default());
+                m.extend(quant_output(g, u, id).unwrap_or_default());
                 m.sort_unstable();
                 m.dedup();
                 m
             })
             .collect();
-        match form_partitions(g, &u, &claimed, &groups) {
+        match form_partitions(g, u, &claimed, &groups) {
             Ok(parts) => break (groups, parts),
             Err(bad_anchor) => no_group[bad_anchor] = true,
         }
@@ -485,7 +490,7 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
         }
     }
 
-    let units = order_units(g, &u, parts, &claimed, reason);
+    let units = order_units(g, u, parts, &claimed, reason);
     Plan { units, implicit, debug_handle, mode: opts.mode }
 }
 
