@@ -318,6 +318,13 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             let cols: Vec<Range<usize>> =
                 (0..kw).map(|kx| valid_outputs(ow, sx, kx * p.dilation[1], p.padding[1], wd)).collect();
             let mut res = vec![0f32; n * o * oh * ow];
+            // Three-wide unit-stride kernel rows (3x3 and the like): the output columns whose
+            // three taps are all inside the input add them in one pass (`lo..hi`); the columns
+            // near the edges take their taps one by one.
+            let three = sx == 1 && kw == 3 && p.dilation[1] == 1;
+            let (lo, hi) =
+                (cols.iter().map(|r| r.start).max().unwrap_or(0), cols.iter().map(|r| r.end).min().unwrap_or(0));
+            let (lo, hi) = if lo < hi { (lo, hi) } else { (ow, ow) };
             // Output plane by plane, tap by tap: every output still adds its bias, then its taps
             // in (input channel, ky, kx) order, as a loop per output would; padding taps are
             // skipped through the valid output range of each tap instead of a test per tap.
@@ -330,8 +337,34 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
                     let xin = &v[(bi * c + ch) * h * wd..][..h * wd];
                     for ky in 0..kh {
                         let ys = &rows[ky];
-                        for kx in 0..kw {
-                            let wv = w[((oc * cg + ic) * kh + ky) * kw + kx];
+                        let wk = &w[((oc * cg + ic) * kh + ky) * kw..][..kw];
+                        if three {
+                            let (w0, w1, w2) = (wk[0], wk[1], wk[2]);
+                            for y in ys.clone() {
+                                let iy = y * sy + ky * p.dilation[0] - p.padding[0];
+                                let irow = &xin[iy * wd..(iy + 1) * wd];
+                                let orow = &mut plane[y * ow..(y + 1) * ow];
+                                // Edge columns: each inside tap, kx in order.
+                                for x in (0..lo).chain(hi..ow) {
+                                    for (kx, xs) in cols.iter().enumerate() {
+                                        if xs.contains(&x) {
+                                            orow[x] += irow[x + kx - p.padding[1]] * wk[kx];
+                                        }
+                                    }
+                                }
+                                if lo < hi {
+                                    // Column x reads input columns x - pad + 0, 1, 2.
+                                    let (n, ib) = (hi - lo, lo - p.padding[1]);
+                                    let (i0, i1, i2) =
+                                        (&irow[ib..ib + n], &irow[ib + 1..ib + 1 + n], &irow[ib + 2..ib + 2 + n]);
+                                    for (j, o) in orow[lo..hi].iter_mut().enumerate() {
+                                        *o = ((*o + i0[j] * w0) + i1[j] * w1) + i2[j] * w2;
+                                    }
+                                }
+                            }
+                            continue;
+                        }
+                        for (kx, &wv) in wk.iter().enumerate() {
                             let xs = &cols[kx];
                             if xs.is_empty() {
                                 continue;
@@ -462,6 +495,66 @@ mod tests {
             let TensorData::F32(g) = &got.to_contiguous().data else { panic!("fp32 mean") };
             let same = g.len() == want.len() && g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "axes {axes:?} {format:?}: {g:?} vs {want:?}");
+        }
+    }
+
+    /// Convolutions (3x3 rows in one pass, other widths tap by tap) give each output's bias
+    /// plus its inside taps in (input channel, ky, kx) order, bit for bit, also with images
+    /// narrower than the kernel and with an infinite weight (a padding tap must add nothing).
+    #[test]
+    fn convs_sum_each_output_in_tap_order() {
+        use reference::graph::Conv2dParams;
+        let cases = [
+            ([2, 3, 5, 6], [4, 3, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ([1, 2, 4, 2], [2, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ([1, 2, 3, 1], [2, 1, 3, 3], [1, 1], [1, 1], [1, 1], 2),
+            ([1, 1, 6, 7], [2, 1, 3, 3], [2, 1], [0, 2], [1, 1], 1),
+            ([1, 2, 6, 7], [2, 2, 3, 2], [1, 2], [1, 1], [2, 2], 1),
+            ([1, 3, 4, 4], [2, 3, 1, 1], [1, 1], [0, 0], [1, 1], 1),
+        ];
+        for (t, (xs, ws, stride, padding, dilation, groups)) in cases.into_iter().enumerate() {
+            let val = |i: usize, k: usize| ((i * 37 + k * 11) % 23) as f32 * 0.31 - 3.3 + 1e-3 * i as f32;
+            let xv: Vec<f32> = (0..xs.iter().product()).map(|i| val(i, t)).collect();
+            let mut wv: Vec<f32> = (0..ws.iter().product()).map(|i| val(i, t + 5)).collect();
+            // An infinite corner weight: its padding taps must be skipped, not multiplied by 0.
+            wv[0] = f32::INFINITY;
+            let bv: Vec<f32> = (0..ws[0]).map(|i| val(i, t + 9)).collect();
+            let (x, w, b) =
+                (Tensor::f32(&xs, xv.clone()), Tensor::f32(&ws, wv.clone()), Tensor::f32(&[ws[0]], bv.clone()));
+            let op = Op::Conv2d(Conv2dParams { stride, padding, dilation, groups });
+            let specs = [TensorSpec::f32(&xs), TensorSpec::f32(&ws), TensorSpec::f32(&[ws[0]])];
+            let spec = reference::graph::infer(&op, &[&specs[0], &specs[1], &specs[2]]).unwrap();
+            let got = run(&op, &[&x, &w, &b], &spec).unwrap();
+            let TensorData::F32(g) = &got.data else { panic!("fp32 conv") };
+            let (oh, ow) = (got.shape[2], got.shape[3]);
+            let (cg, og) = (ws[1], ws[0] / groups);
+            let mut want = Vec::new();
+            for bi in 0..xs[0] {
+                for oc in 0..ws[0] {
+                    for y in 0..oh {
+                        for xo in 0..ow {
+                            let mut acc = bv[oc];
+                            for ic in 0..cg {
+                                let ch = (oc / og) * cg + ic;
+                                for ky in 0..ws[2] {
+                                    for kx in 0..ws[3] {
+                                        let iy = (y * stride[0] + ky * dilation[0]) as isize - padding[0] as isize;
+                                        let ix = (xo * stride[1] + kx * dilation[1]) as isize - padding[1] as isize;
+                                        if iy < 0 || ix < 0 || iy >= xs[2] as isize || ix >= xs[3] as isize {
+                                            continue;
+                                        }
+                                        let xi = ((bi * xs[1] + ch) * xs[2] + iy as usize) * xs[3] + ix as usize;
+                                        acc += xv[xi] * wv[((oc * cg + ic) * ws[2] + ky) * ws[3] + kx];
+                                    }
+                                }
+                            }
+                            want.push(acc);
+                        }
+                    }
+                }
+            }
+            let same = g.len() == want.len() && g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "case {t}: {g:?} vs {want:?}");
         }
     }
 
