@@ -19,7 +19,7 @@
 use crate::dtype::MemoryFormat;
 use crate::dtype::{round_f64, ElemType};
 use crate::graph::{
-    mean_axes, normalize_dims, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op, TensorSpec,
+    mean_axes, normalize_dims, with_inputs, BinaryOp, Conv2dParams, Graph, GraphError, GraphErrorKind, Op, TensorSpec,
 };
 use crate::tensor::{for_each_offset, for_each_offset2, strided_indices, Tensor, TensorData};
 use std::borrow::Cow;
@@ -53,16 +53,17 @@ impl EvalError {
 /// Runs `graph` on `inputs` (one tensor per graph input, in order). Returns one tensor per
 /// graph output, laid out in the memory format of its node's spec.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
-    let (mut vals, specs) = eval_nodes(graph, inputs)?;
+    let mut vals = eval_nodes(graph, inputs)?;
     // Each output's value is moved out at its last listing (a node may be listed twice).
     let mut listed = vec![0usize; vals.len()];
     graph.outputs.iter().for_each(|&o| listed[o] += 1);
     let mut outs = Vec::with_capacity(graph.outputs.len());
     for &o in &graph.outputs {
         listed[o] -= 1;
-        let format = specs[o].format;
+        // Concrete sizes never change a format (it follows ranks and formats only).
+        let format = graph.nodes[o].spec.format;
         outs.push(if listed[o] == 0 {
-            std::mem::replace(&mut vals[o], Cow::Owned(Tensor::f32(&[0], vec![]))).into_owned().into_format(format)
+            std::mem::replace(&mut vals[o], Cow::Borrowed(&TAKEN)).into_owned().into_format(format)
         } else {
             vals[o].to_format(format)
         });
@@ -73,9 +74,13 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
 /// Like [`run`], but returns the value of every node (index = node id), each in the memory
 /// format of its spec: for locating the first node where another engine diverges.
 pub fn run_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
-    let (vals, specs) = eval_nodes(graph, inputs)?;
-    Ok(vals.into_iter().zip(&specs).map(|(v, s)| v.into_owned().into_format(s.format)).collect())
+    let vals = eval_nodes(graph, inputs)?;
+    Ok(vals.into_iter().zip(&graph.nodes).map(|(v, n)| v.into_owned().into_format(n.spec.format)).collect())
 }
+
+/// What [`run`] leaves in place of a value it moved out.
+static TAKEN: Tensor =
+    Tensor { shape: Vec::new(), format: MemoryFormat::Contiguous, quant: None, data: TensorData::F32(Vec::new()) };
 
 /// A node's value: graph inputs and constants already contiguous are borrowed, not copied.
 type Value<'a> = Cow<'a, Tensor>;
@@ -89,93 +94,107 @@ fn contiguous(t: &Tensor) -> Value<'_> {
     }
 }
 
-/// Every node's value in contiguous order, with the concrete specs.
-fn eval_nodes<'a>(graph: &'a Graph, inputs: &'a [Tensor]) -> Result<(Vec<Value<'a>>, Vec<TensorSpec>), EvalError> {
+/// Every node's value in contiguous order.
+fn eval_nodes<'a>(graph: &'a Graph, inputs: &'a [Tensor]) -> Result<Vec<Value<'a>>, EvalError> {
     graph.validate().map_err(EvalError::InvalidGraph)?;
     graph.check_inputs(inputs).map_err(EvalError::BadInput)?;
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.clone()).collect();
-    let specs = graph.concrete_specs(&shapes).map_err(EvalError::BadInput)?;
+    // Without a dynamic dim the concrete specs are the graph's own: its inputs' shapes are
+    // then their specs' (checked above) and `validate` inferred every other spec from them.
+    let concrete = match graph.inputs.iter().any(|&i| graph.nodes[i].spec.is_dynamic()) {
+        true => {
+            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.clone()).collect();
+            Some(graph.concrete_specs(&shapes).map_err(EvalError::BadInput)?)
+        }
+        false => None,
+    };
 
     let mut vals: Vec<Value<'a>> = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
-        let spec = &specs[id];
-        let shape = spec.max_shape(); // concrete: every dim static here
-        let ins: Vec<&Tensor> = node.inputs.iter().map(|&i| &*vals[i]).collect();
-        let err = |kind| EvalError::InvalidGraph(GraphError { node: id, op: node.op.name().into(), kind });
-        let out: Value<'a> = match &node.op {
-            Op::Input { .. } => {
-                // `validate` guarantees every input node is listed exactly once.
-                let pos = graph.inputs.iter().position(|&i| i == id).ok_or_else(|| {
-                    err(GraphErrorKind::WrongInputCount { expected: "an entry in graph inputs".into(), found: 0 })
-                })?;
-                contiguous(&inputs[pos])
-            }
-            Op::Constant { tensor } => contiguous(tensor),
-            Op::Mean { dims, dtype, .. } => {
-                let axes = mean_axes(dims, ins[0].rank()).map_err(err)?;
-                Cow::Owned(mean(ins[0], &axes, *dtype, &shape, spec.dtype))
-            }
-            Op::Conv2d(p) => Cow::Owned(conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype)),
-            Op::Binary(op) => Cow::Owned(binary(*op, ins[0], ins[1], &shape, spec.dtype)),
-            Op::Square => Cow::Owned(map(ins[0], spec.dtype, |x| x * x)),
-            // 1/sqrt in f64: rsqrt(+0) = +inf, rsqrt(-0) = -inf, negative -> NaN, as PyTorch.
-            Op::Rsqrt => Cow::Owned(map(ins[0], spec.dtype, |x| 1.0 / x.sqrt())),
-            Op::Clamp { min, max } => {
-                let (lo, hi) = (min.map(f64::from), max.map(f64::from));
-                // NaN fails both comparisons and passes through, as in PyTorch. Comparing with
-                // the unrounded bounds then rounding the result equals PyTorch's clamp with
-                // bounds first rounded to the tensor's dtype (rounding is monotonic).
-                Cow::Owned(map(ins[0], spec.dtype, |x| {
-                    let x = match lo {
-                        Some(l) if x < l => l,
-                        _ => x,
-                    };
-                    match hi {
-                        Some(h) if x > h => h,
-                        _ => x,
-                    }
-                }))
-            }
-            Op::Linear => Cow::Owned(linear(ins[0], ins[1], ins.get(2).copied(), &shape, spec.dtype)),
-            Op::Quantize(q) => Cow::Owned(Tensor::from_f64(&shape, ElemType::Qs8, Some(*q), &ins[0].values_f64())),
-            Op::Dequantize(q) => {
-                let v: Vec<f64> = match &ins[0].data {
-                    TensorData::Qs8(d) => d.iter().map(|&x| q.dequantize(x)).collect(),
-                    _ => {
-                        return Err(err(GraphErrorKind::DtypeMismatch {
-                            expected: ElemType::Qs8,
-                            found: ins[0].dtype(),
-                        }))
-                    }
-                };
-                Cow::Owned(Tensor::from_f64(&shape, ElemType::F32, None, &v))
-            }
-            Op::ToCopy { .. } => {
-                if spec.dtype == ElemType::Qs8 {
-                    // qs8 -> qs8 (inference forbids float <-> qs8 here): a pure copy.
-                    Cow::Owned(ins[0].clone())
-                } else {
-                    Cow::Owned(Tensor::from_f64(&shape, spec.dtype, None, &ins[0].values_f64()))
-                }
-            }
-            // Row-major reinterpretation of the logical values.
-            Op::Reshape { .. } => Cow::Owned(Tensor { shape: shape.clone(), ..ins[0].clone() }),
-            Op::Permute { perm } => {
-                let x = ins[0];
-                let p = normalize_dims(perm, x.rank()).map_err(err)?;
-                let strides = row_major_strides(&x.shape);
-                let st: Vec<usize> = p.iter().map(|&d| strides[d]).collect();
-                Cow::Owned(Tensor { shape: shape.clone(), data: x.data.gather_strided(&shape, &st), ..x.clone() })
-            }
-        };
-        if out.shape != shape || out.dtype() != spec.dtype || out.data.len() != out.numel() {
-            // Inference and evaluation disagree: a bug in this crate, reported, not panicked.
-            let kind = GraphErrorKind::ShapeMismatch { expected: shape, found: out.shape.clone() };
-            return Err(err(kind));
-        }
+        let spec = concrete.as_ref().map_or(&node.spec, |specs| &specs[id]);
+        let out = with_inputs(&node.inputs, |i| &*vals[i], |ins| eval_node(graph, inputs, id, spec, ins))?;
         vals.push(out);
     }
-    Ok((vals, specs))
+    Ok(vals)
+}
+
+/// The value of node `id` (concrete spec `spec`) from those of its inputs, `ins`.
+fn eval_node<'a>(
+    graph: &'a Graph,
+    inputs: &'a [Tensor],
+    id: usize,
+    spec: &TensorSpec,
+    ins: &[&Tensor],
+) -> Result<Value<'a>, EvalError> {
+    let node = &graph.nodes[id];
+    let shape = spec.max_shape(); // concrete: every dim static here
+    let err = |kind| EvalError::InvalidGraph(GraphError { node: id, op: node.op.name().into(), kind });
+    let out: Value<'a> = match &node.op {
+        Op::Input { .. } => {
+            // `validate` guarantees every input node is listed exactly once.
+            let pos = graph.inputs.iter().position(|&i| i == id).ok_or_else(|| {
+                err(GraphErrorKind::WrongInputCount { expected: "an entry in graph inputs".into(), found: 0 })
+            })?;
+            contiguous(&inputs[pos])
+        }
+        Op::Constant { tensor } => contiguous(tensor),
+        Op::Mean { dims, dtype, .. } => {
+            let axes = mean_axes(dims, ins[0].rank()).map_err(err)?;
+            Cow::Owned(mean(ins[0], &axes, *dtype, &shape, spec.dtype))
+        }
+        Op::Conv2d(p) => Cow::Owned(conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype)),
+        Op::Binary(op) => Cow::Owned(binary(*op, ins[0], ins[1], &shape, spec.dtype)),
+        Op::Square => Cow::Owned(map(ins[0], spec.dtype, |x| x * x)),
+        // 1/sqrt in f64: rsqrt(+0) = +inf, rsqrt(-0) = -inf, negative -> NaN, as PyTorch.
+        Op::Rsqrt => Cow::Owned(map(ins[0], spec.dtype, |x| 1.0 / x.sqrt())),
+        Op::Clamp { min, max } => {
+            let (lo, hi) = (min.map(f64::from), max.map(f64::from));
+            // NaN fails both comparisons and passes through, as in PyTorch. Comparing with
+            // the unrounded bounds then rounding the result equals PyTorch's clamp with
+            // bounds first rounded to the tensor's dtype (rounding is monotonic).
+            Cow::Owned(map(ins[0], spec.dtype, |x| {
+                let x = match lo {
+                    Some(l) if x < l => l,
+                    _ => x,
+                };
+                match hi {
+                    Some(h) if x > h => h,
+                    _ => x,
+                }
+            }))
+        }
+        Op::Linear => Cow::Owned(linear(ins[0], ins[1], ins.get(2).copied(), &shape, spec.dtype)),
+        Op::Quantize(q) => Cow::Owned(Tensor::from_f64(&shape, ElemType::Qs8, Some(*q), &ins[0].values_f64())),
+        Op::Dequantize(q) => {
+            let v: Vec<f64> = match &ins[0].data {
+                TensorData::Qs8(d) => d.iter().map(|&x| q.dequantize(x)).collect(),
+                _ => return Err(err(GraphErrorKind::DtypeMismatch { expected: ElemType::Qs8, found: ins[0].dtype() })),
+            };
+            Cow::Owned(Tensor::from_f64(&shape, ElemType::F32, None, &v))
+        }
+        Op::ToCopy { .. } => {
+            if spec.dtype == ElemType::Qs8 {
+                // qs8 -> qs8 (inference forbids float <-> qs8 here): a pure copy.
+                Cow::Owned(ins[0].clone())
+            } else {
+                Cow::Owned(Tensor::from_f64(&shape, spec.dtype, None, &ins[0].values_f64()))
+            }
+        }
+        // Row-major reinterpretation of the logical values.
+        Op::Reshape { .. } => Cow::Owned(Tensor { shape: shape.clone(), ..ins[0].clone() }),
+        Op::Permute { perm } => {
+            let x = ins[0];
+            let p = normalize_dims(perm, x.rank()).map_err(err)?;
+            let strides = row_major_strides(&x.shape);
+            let st: Vec<usize> = p.iter().map(|&d| strides[d]).collect();
+            Cow::Owned(Tensor { shape: shape.clone(), data: x.data.gather_strided(&shape, &st), ..x.clone() })
+        }
+    };
+    if out.shape != shape || out.dtype() != spec.dtype || out.data.len() != out.numel() {
+        // Inference and evaluation disagree: a bug in this crate, reported, not panicked.
+        let kind = GraphErrorKind::ShapeMismatch { expected: shape, found: out.shape.clone() };
+        return Err(err(kind));
+    }
+    Ok(out)
 }
 
 /// Row-major strides of a logical shape.

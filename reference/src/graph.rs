@@ -500,10 +500,16 @@ pub fn broadcast(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, GraphErrorKind> {
 
 /// Shape and dtype inference for one op: the single definition of what it produces.
 pub fn infer(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKind> {
-    use GraphErrorKind as E;
     for s in inputs {
         check_spec(s)?;
     }
+    infer_from_valid(op, inputs)
+}
+
+/// [`infer`] for inputs known to pass [`check_spec`] (earlier nodes of a graph being
+/// validated: each passed it, as an input or as the output of this function).
+fn infer_from_valid(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, GraphErrorKind> {
+    use GraphErrorKind as E;
     let out = match op {
         Op::Input { .. } => unreachable_input()?,
         Op::Constant { tensor } => {
@@ -736,6 +742,22 @@ fn unreachable_input() -> Result<TensorSpec, GraphErrorKind> {
     Err(GraphErrorKind::WrongInputCount { expected: "0 (inputs are not inferred)".into(), found: 0 })
 }
 
+/// `f` of the items of `inputs` (`get(i)` each: their specs, their values), listed without an
+/// allocation for the usual one to three inputs.
+pub(crate) fn with_inputs<'a, X: ?Sized + 'a, R>(
+    inputs: &[NodeId],
+    get: impl Fn(NodeId) -> &'a X,
+    f: impl FnOnce(&[&'a X]) -> R,
+) -> R {
+    match *inputs {
+        [] => f(&[]),
+        [a] => f(&[get(a)]),
+        [a, b] => f(&[get(a), get(b)]),
+        [a, b, c] => f(&[get(a), get(b), get(c)]),
+        _ => f(&inputs.iter().map(|&i| get(i)).collect::<Vec<_>>()),
+    }
+}
+
 impl Graph {
     /// Re-checks every node: inputs defined earlier, specs valid and equal to inference.
     pub fn validate(&self) -> Result<(), GraphError> {
@@ -754,8 +776,8 @@ impl Graph {
                 check_spec(&node.spec).map_err(err)?;
                 continue;
             }
-            let ins: Vec<&TensorSpec> = node.inputs.iter().map(|&i| &self.nodes[i].spec).collect();
-            let spec = infer(&node.op, &ins).map_err(err)?;
+            let spec = with_inputs(&node.inputs, |i| &self.nodes[i].spec, |ins| infer_from_valid(&node.op, ins))
+                .map_err(err)?;
             if spec != node.spec {
                 return Err(err(GraphErrorKind::SpecMismatch));
             }
