@@ -4,7 +4,7 @@
 //! absorbed here, and every error comes back as one [`EngineError`] carrying the stage that
 //! failed and, where the crate reports one, the [`ErrorClass`] the errors oracle compares.
 
-use delegate::lower::{lower_with, LowerError, LowerOptions};
+use delegate::lower::{lower_modes, lower_with, LowerError, LowerOptions};
 use delegate::runtime::pool::Pool;
 use delegate::runtime::{Program, RuntimeError, SimdLevel, ThreadPolicy};
 use delegate::serialize::{self, LoadLimits};
@@ -94,16 +94,29 @@ pub fn reference_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, En
     reference::eval::run_all(graph, inputs).map_err(|e| EngineError::new(Stage::Reference, Some(e.kind().class()), e))
 }
 
-/// Lowers a graph in one mode (bf16 lowering enabled, as a user exporting bf16 would).
+/// The options a mode is lowered with: bf16 lowering enabled, as a user exporting bf16 would.
+fn lower_options(mode: LoweringMode) -> LowerOptions {
+    LowerOptions { enable_bf16: true, ..LowerOptions::new(mode) }
+}
+
+fn lower_error(e: LowerError) -> EngineError {
+    let class = match &e {
+        LowerError::InvalidGraph(g) => Some(g.kind.class()),
+        _ => None,
+    };
+    EngineError::new(Stage::Lower, class, e)
+}
+
+/// Lowers a graph in one mode.
 pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, EngineError> {
-    let opts = LowerOptions { enable_bf16: true, ..LowerOptions::new(mode) };
-    lower_with(graph, &opts).map_err(|e| {
-        let class = match &e {
-            LowerError::InvalidGraph(g) => Some(g.kind.class()),
-            _ => None,
-        };
-        EngineError::new(Stage::Lower, class, e)
-    })
+    lower_with(graph, &lower_options(mode)).map_err(lower_error)
+}
+
+/// Lowers a graph in each of `modes` (element `k` is `lower(graph, modes[k])`), validating
+/// and partitioning once for all of them.
+pub fn lower_each(graph: &Graph, modes: &[LoweringMode]) -> Vec<Result<LoweredProgram, EngineError>> {
+    let opts: Vec<LowerOptions> = modes.iter().map(|&m| lower_options(m)).collect();
+    lower_modes(graph, &opts).into_iter().map(|r| r.map_err(lower_error)).collect()
 }
 
 /// Serializes one delegate segment to payload bytes.

@@ -294,9 +294,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
     if modes.contains(&LoweringMode::NhwcAware) && !modes.contains(&LoweringMode::StaticMean) {
         modes.push(LoweringMode::StaticMean);
     }
-    for &mode in &modes {
-        programs.push((mode, engine::lower(&built.graph, mode)));
-    }
+    programs.extend(modes.iter().copied().zip(engine::lower_each(&built.graph, &modes)));
     let static_summary = programs
         .iter()
         .find(|(m, _)| *m == LoweringMode::StaticMean)
