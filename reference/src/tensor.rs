@@ -106,23 +106,68 @@ pub struct Tensor {
 /// index (offsets 0). The offsets are carried along (an odometer over the outer dims, a plain
 /// loop over the last), not recomputed per element, and no index list is built.
 pub(crate) fn for_each_offset2(shape: &[usize], sa: &[usize], sb: &[usize], mut f: impl FnMut(usize, usize)) {
+    for_each_row2(shape, sa, sb, |a, b, len, step_a, step_b| {
+        for k in 0..len {
+            f(a + k * step_a, b + k * step_b);
+        }
+    });
+}
+
+/// [`for_each_offset2`] one row at a time: `f(a, b, len, step_a, step_b)` stands for the
+/// `len` offsets `(a + k * step_a, b + k * step_b)`, in order. Size-1 dims are dropped and
+/// adjacent dims that both stride sets step through as one are merged first (the same offsets
+/// in the same order, over fewer and longer rows).
+pub(crate) fn for_each_row2(
+    shape: &[usize],
+    sa: &[usize],
+    sb: &[usize],
+    f: impl FnMut(usize, usize, usize, usize, usize),
+) {
     if shape.contains(&0) {
         return;
     }
-    let Some(last) = shape.len().checked_sub(1) else {
-        f(0, 0);
+    // (size, stride a, stride b) of each merged dim; a shape of many dims (never one of a
+    // valid graph) is walked as it is.
+    const MERGED: usize = 8;
+    if shape.len() > MERGED {
+        let dims: Vec<_> = shape.iter().zip(sa).zip(sb).map(|((&n, &x), &y)| (n, x, y)).collect();
+        return walk_rows(&dims, f);
+    }
+    let mut dims = [(1usize, 0usize, 0usize); MERGED];
+    let mut rank = 0usize;
+    for ((&n, &x), &y) in shape.iter().zip(sa).zip(sb) {
+        if n == 1 {
+            continue;
+        }
+        match rank.checked_sub(1).map(|r| &mut dims[r]) {
+            Some(last) if last.1 == x * n && last.2 == y * n => *last = (last.0 * n, x, y),
+            _ => {
+                dims[rank] = (n, x, y);
+                rank += 1;
+            }
+        }
+    }
+    walk_rows(&dims[..rank], f)
+}
+
+/// The odometer of [`for_each_row2`] over `dims` (size, stride a, stride b).
+fn walk_rows(dims: &[(usize, usize, usize)], mut f: impl FnMut(usize, usize, usize, usize, usize)) {
+    let Some(last) = dims.len().checked_sub(1) else {
+        f(0, 0, 1, 0, 0);
         return;
     };
-    let (len, step_a, step_b) = (shape[last], sa[last], sb[last]);
-    let mut idx = vec![0usize; last];
+    let (len, step_a, step_b) = dims[last];
+    let mut idx = [0usize; 8];
+    let mut idx_vec = vec![];
+    let idx: &mut [usize] = if last <= idx.len() {
+        &mut idx[..last]
+    } else {
+        idx_vec.resize(last, 0);
+        &mut idx_vec
+    };
     let (mut base_a, mut base_b) = (0usize, 0usize);
     loop {
-        let (mut a, mut b) = (base_a, base_b);
-        for _ in 0..len {
-            f(a, b);
-            a += step_a;
-            b += step_b;
-        }
+        f(base_a, base_b, len, step_a, step_b);
         // Next index of the outer dims; done when every one wrapped around.
         let mut d = last;
         loop {
@@ -130,14 +175,15 @@ pub(crate) fn for_each_offset2(shape: &[usize], sa: &[usize], sb: &[usize], mut 
                 return;
             }
             d -= 1;
+            let (n, x, y) = dims[d];
             idx[d] += 1;
-            base_a += sa[d];
-            base_b += sb[d];
-            if idx[d] < shape[d] {
+            base_a += x;
+            base_b += y;
+            if idx[d] < n {
                 break;
             }
-            base_a -= sa[d] * shape[d];
-            base_b -= sb[d] * shape[d];
+            base_a -= x * n;
+            base_b -= y * n;
             idx[d] = 0;
         }
     }
@@ -159,7 +205,10 @@ pub(crate) fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> 
 /// `v[o]` for every offset `o` of `shape` under `strides`, in row-major order.
 fn gather_strided<T: Copy>(v: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
     let mut out = Vec::with_capacity(shape.iter().product());
-    for_each_offset(shape, strides, |o| out.push(v[o]));
+    for_each_row2(shape, strides, strides, |o, _, len, step, _| match step {
+        1 => out.extend_from_slice(&v[o..o + len]),
+        _ => out.extend((0..len).map(|k| v[o + k * step])),
+    });
     out
 }
 
@@ -282,7 +331,50 @@ impl Tensor {
             return v.iter().map(|&x| f(x)).collect();
         }
         let mut out = Vec::with_capacity(v.len());
-        for_each_offset(&self.shape, &Self::physical_strides(&self.shape, self.format), |o| out.push(f(v[o])));
+        let strides = Self::physical_strides(&self.shape, self.format);
+        for_each_row2(&self.shape, &strides, &strides, |o, _, len, step, _| {
+            out.extend((0..len).map(|k| f(v[o + k * step])));
+        });
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every index of `shape` in row-major order, with its offsets computed from scratch.
+    fn naive(shape: &[usize], sa: &[usize], sb: &[usize]) -> Vec<(usize, usize)> {
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|mut flat| {
+                let (mut a, mut b) = (0, 0);
+                for d in (0..shape.len()).rev() {
+                    let i = flat % shape[d];
+                    flat /= shape[d];
+                    a += i * sa[d];
+                    b += i * sb[d];
+                }
+                (a, b)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn merged_rows_visit_the_offsets_of_the_plain_walk_in_order() {
+        let cases: [(&[usize], &[usize], &[usize]); 7] = [
+            (&[], &[], &[]),
+            (&[1, 1], &[5, 3], &[0, 0]),
+            (&[2, 3, 4], &[12, 4, 1], &[0, 1, 0]),
+            (&[2, 1, 3, 4], &[12, 99, 1, 3], &[12, 0, 4, 1]),
+            (&[3, 2, 2], &[0, 0, 1], &[4, 2, 1]),
+            (&[2, 0, 3], &[3, 3, 1], &[3, 3, 1]),
+            (&[2, 1, 2, 1, 2, 1, 2, 1, 2, 2], &[256, 9, 128, 9, 64, 9, 32, 9, 1, 16], &[1; 10]),
+        ];
+        for (shape, sa, sb) in cases {
+            let mut seen = vec![];
+            for_each_offset2(shape, sa, sb, |a, b| seen.push((a, b)));
+            assert_eq!(seen, naive(shape, sa, sb), "shape {shape:?} strides {sa:?} {sb:?}");
+        }
     }
 }
