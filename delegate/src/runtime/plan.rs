@@ -240,7 +240,12 @@ pub struct SegmentPlan {
     pub output_values: Vec<usize>,
     /// Capacity in lines of each intermediate block.
     pub block_lines: Vec<usize>,
+    /// Unique per compiled plan (never 0): marks the states fitted to it (`fit_state`).
+    id: u64,
 }
+
+/// Source of `SegmentPlan::id`.
+static NEXT_PLAN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn bad(segment: usize, node: usize, what: impl Into<String>) -> RuntimeError {
     RuntimeError::InvalidGraph { segment, node, what: what.into() }
@@ -450,7 +455,8 @@ impl SegmentPlan {
                 }
             }
         }
-        Ok(SegmentPlan { segment, values, nodes, consts, input_values, output_values, block_lines })
+        let id = NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(SegmentPlan { segment, values, nodes, consts, input_values, output_values, block_lines, id })
     }
 }
 
@@ -642,6 +648,8 @@ fn infer_shape(
 pub struct SegmentState {
     blocks: Vec<Vec<Line>>,
     shapes: Vec<Vec<usize>>,
+    /// The plan whose value dims `shapes` was last reset to (0: none).
+    plan: u64,
 }
 
 impl SegmentState {
@@ -678,6 +686,10 @@ impl SegmentPlan {
     /// planned size and a shape per value. Blocks keep their capacity and stale contents: every
     /// node writes its whole output before any node reads it (`compile` checks that values are
     /// defined before they are read), so only growth is zero-filled.
+    ///
+    /// Shapes are reset to the values' bounds only for a state coming from another plan: in a
+    /// run every value's shape is written before it is read (inputs are bound first, node
+    /// outputs inferred in node order), except constants', which never change.
     pub fn fit_state(&self, state: &mut SegmentState) {
         state.blocks.resize_with(self.block_lines.len(), Vec::new);
         for (b, &n) in state.blocks.iter_mut().zip(&self.block_lines) {
@@ -685,7 +697,13 @@ impl SegmentPlan {
                 b.resize(n, Line::default());
             }
         }
-        state.shapes.resize_with(self.values.len(), Vec::new);
+        if state.plan != self.id || state.shapes.len() != self.values.len() {
+            state.shapes.resize_with(self.values.len(), Vec::new);
+            for (s, v) in state.shapes.iter_mut().zip(&self.values) {
+                s.clone_from(&v.dims);
+            }
+            state.plan = self.id;
+        }
     }
 
     /// Runs the segment. `step` labels errors.
@@ -707,11 +725,7 @@ impl SegmentPlan {
             )));
         }
         self.fit_state(state);
-        let SegmentState { blocks, shapes } = state;
-        // Every value starts at its bounds (the previous run's shapes in place: no allocation).
-        for (s, v) in shapes.iter_mut().zip(&self.values) {
-            s.clone_from(&v.dims);
-        }
+        let SegmentState { blocks, shapes, .. } = state;
         for (k, inp) in inputs.iter().enumerate() {
             let v = &self.values[self.input_values[k]];
             if inp.dims.len() != v.dims.len() || inp.dims.iter().zip(&v.dims).any(|(&a, &b)| a > b || a == 0) {

@@ -1524,15 +1524,18 @@ pub fn transpose_block_f32(
         }
     }
     let _ = isa;
-    // Edges: the columns right of the 8x8 blocks, then the rows below them.
+    // Edges: the columns right of the 8x8 blocks, then the rows below them (each source row
+    // sliced once, so only the destination index is checked per element).
     for r in 0..r8 {
-        for c in c8..cols {
-            dst[d0 + c * ds + r] = src[s0 + r * ss + c];
+        let srow = &src[s0 + r * ss..][..cols];
+        for (c, &v) in srow.iter().enumerate().skip(c8) {
+            dst[d0 + c * ds + r] = v;
         }
     }
     for r in r8..rows {
-        for c in 0..cols {
-            dst[d0 + c * ds + r] = src[s0 + r * ss + c];
+        let srow = &src[s0 + r * ss..][..cols];
+        for (c, &v) in srow.iter().enumerate() {
+            dst[d0 + c * ds + r] = v;
         }
     }
 }
