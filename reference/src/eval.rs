@@ -298,7 +298,14 @@ fn mean(x: &Tensor, axes: &[usize], cast: Option<ElemType>, out_shape: &[usize],
         for_each_offset(&kept[..outer], &kept_st[..outer], |base| {
             sums.fill(Acc::new().s);
             comps.fill(Acc::new().c);
-            for &o in &offsets {
+            // Four terms per pass over the accumulators, then the rest one at a time.
+            let quads = offsets.chunks_exact(4);
+            let rest = quads.remainder();
+            for o4 in quads {
+                let x4 = std::array::from_fn(|t| &v[base + o4[t]..][..inner]);
+                add_products_n(&mut sums, &mut comps, x4, [1.0; 4], None);
+            }
+            for &o in rest {
                 add_products(&mut sums, &mut comps, &v[base + o..][..inner], 1.0);
             }
             out.extend(sums.iter().zip(&comps).map(|(&s, &c)| Acc { s, c }.value() / count));
@@ -637,7 +644,16 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, out_shape: &[usize], dtype
     for n in 0..nout {
         sums.fill(Acc::new().s);
         comps.fill(Acc::new().c);
-        for (kk, &we) in wv[n * k..(n + 1) * k].iter().enumerate() {
+        // Four terms per pass over the accumulators, then the rest one at a time.
+        let ws = &wv[n * k..(n + 1) * k];
+        let quads = ws.chunks_exact(4);
+        let rest = quads.remainder();
+        for (q, w4) in quads.enumerate() {
+            let x4 = std::array::from_fn(|t| &xt[(4 * q + t) * rows..][..rows]);
+            add_products_n(&mut sums, &mut comps, x4, [w4[0], w4[1], w4[2], w4[3]], None);
+        }
+        for (t, &we) in rest.iter().enumerate() {
+            let kk = k - rest.len() + t;
             add_products(&mut sums, &mut comps, &xt[kk * rows..(kk + 1) * rows], we);
         }
         for (r, (&s, &c)) in sums.iter().zip(&comps).enumerate() {
