@@ -74,42 +74,42 @@ pub fn lower_with(graph: &Graph, opts: &LowerOptions) -> Result<LoweredProgram, 
 
 /// Lowers `graph` once per entry of `opts`: element `k` equals `lower_with(graph, &opts[k])`
 /// (the same program, or the same error), with the mode-independent work done once: the
-/// graph is validated once, the partitioner's user lists are built once, a plan is reused
-/// by every later entry when the graph has no mean (the only op whose config reads the
-/// mode) and the entries share `enable_bf16`, and a delegate whose partition holds no
-/// mean is lowered once and cloned into every later entry with the same partition.
+/// graph is validated once, the partitioner's user lists are built once, the previous
+/// entry's plan is reused when the per-op configs give the same verdicts (they read the
+/// mode only at means), and a delegate whose partition holds no mean but GAP means is
+/// lowered once and cloned into every later entry with the same partition.
 pub fn lower_modes(graph: &Graph, opts: &[LowerOptions]) -> Vec<Result<LoweredProgram, LowerError>> {
     if let Err(e) = graph.validate() {
         let e = LowerError::from(e);
         return opts.iter().map(|_| Err(e.clone())).collect();
     }
     let users = partition::users(graph);
-    let has_mean = graph.nodes.iter().any(|n| matches!(n.op, Op::Mean { .. }));
     let mut cache = SegmentCache::default();
-    let mut last_plan: Option<(bool, partition::Plan)> = None;
+    let mut last_plan: Option<(partition::Verdicts, partition::Plan)> = None;
     let mut out = Vec::with_capacity(opts.len());
     for (k, o) in opts.iter().enumerate() {
-        // Without a mean, `partition::check` gives every node the same verdict in every
-        // mode, so the plan differs only in its `mode` field.
+        // The plan follows from the configs' verdicts alone; the mode changes only those
+        // of means, and often not even those (a GAP mean is claimed in every mode).
+        let verdicts = partition::verdicts(graph, o);
         let plan = match last_plan.take() {
-            Some((bf16, mut p)) if !has_mean && bf16 == o.enable_bf16 => {
+            Some((v, mut p)) if v == verdicts => {
                 p.mode = o.mode;
                 p
             }
-            _ => partition::plan_with_users(graph, o, &users),
+            _ => partition::plan_from_verdicts(graph, o.mode, &users, verdicts.clone()),
         };
         // The last entry has no one to share its delegates with.
         let remember = k + 1 < opts.len();
         out.push(lower_planned(graph, o, &plan, Some((&mut cache, remember))));
-        last_plan = Some((o.enable_bf16, plan));
+        last_plan = Some((verdicts, plan));
     }
     out
 }
 
 /// Delegates already lowered by an earlier [`lower_modes`] entry, keyed by what their
-/// XNNPACK graph depends on. The layout pass and the visitors read the mode only at mean
-/// nodes (`layout::class`, `layout::repair_rewired_inputs`), and `emit` reads no option at
-/// all, so a partition without a mean lowers to the same graph in every mode given the
+/// XNNPACK graph depends on. The layout pass and the visitors read the mode only at means
+/// they do not treat as GAP ([`layout::reads_mode`]), and `emit` reads no option at all,
+/// so a partition without such a mean lowers to the same graph in every mode given the
 /// same members, hand-offs and implicit q/dq flags (the program slots of its hand-offs
 /// are not part of the graph; they are allocated per entry).
 #[derive(Default)]
@@ -187,7 +187,8 @@ fn lower_planned(
 }
 
 /// The XNNPACK graph of partition `p`: from `cache` when an earlier entry lowered the same
-/// mean-free partition, else lowered now (and remembered, when `remember`, if mean-free).
+/// mode-free partition (see [`layout::reads_mode`]), else lowered now (and remembered,
+/// when `remember`, if mode-free).
 fn segment_graph(
     graph: &Graph,
     plan: &partition::Plan,
@@ -197,8 +198,8 @@ fn segment_graph(
     cache: &mut SegmentCache,
     remember: bool,
 ) -> Result<crate::xnn::XnnGraph, LowerError> {
-    let mean_free = p.nodes.iter().all(|&m| !matches!(graph.nodes[m].op, Op::Mean { .. }));
-    if !mean_free {
+    let mode_free = !p.nodes.iter().any(|&m| layout::reads_mode(&graph.nodes[m].op, &graph.nodes[m].spec));
+    if !mode_free {
         return lower_partition(graph, plan, p, ext_inputs, opts);
     }
     let same = |c: &CachedSegment| {

@@ -390,6 +390,19 @@ pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
 
 /// [`plan`] with the user lists of `g` already built.
 pub(crate) fn plan_with_users(g: &Graph, opts: &LowerOptions, u: &Users) -> Plan {
+    plan_from_verdicts(g, opts.mode, u, verdicts(g, opts))
+}
+
+/// The per-op configs' verdicts: which op nodes are claimed, and why each other op stays
+/// outside. Everything else the partitioner decides follows from these alone (and the
+/// graph), which is what lets [`super::lower_modes`] reuse a plan across modes.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Verdicts {
+    pub claimed: Vec<bool>,
+    pub reason: Vec<Option<String>>,
+}
+
+pub(crate) fn verdicts(g: &Graph, opts: &LowerOptions) -> Verdicts {
     let n = g.nodes.len();
     let mut reason: Vec<Option<String>> = vec![None; n];
     let mut claimed = vec![false; n];
@@ -402,6 +415,13 @@ pub(crate) fn plan_with_users(g: &Graph, opts: &LowerOptions, u: &Users) -> Plan
             Err(r) => reason[id] = Some(r),
         }
     }
+    Verdicts { claimed, reason }
+}
+
+/// The plan for `mode` given the configs' verdicts.
+pub(crate) fn plan_from_verdicts(g: &Graph, mode: LoweringMode, u: &Users, v: Verdicts) -> Plan {
+    let n = g.nodes.len();
+    let Verdicts { mut claimed, mut reason } = v;
 
     // Static-quant groups, to a fixpoint: an anchor keeps its group only while every dq it
     // reads feeds grouped anchors alone (an implicit dq forwards the int8 value, which
@@ -491,7 +511,7 @@ pub(crate) fn plan_with_users(g: &Graph, opts: &LowerOptions, u: &Users) -> Plan
     }
 
     let units = order_units(g, u, parts, &claimed, reason);
-    Plan { units, implicit, debug_handle, mode: opts.mode }
+    Plan { units, implicit, debug_handle, mode }
 }
 
 /// Scratch buffers of the cycle check, reused across the merges of one graph.

@@ -289,13 +289,91 @@ fn missing(table: &'static str, field: &'static str, index: usize) -> LoadError 
     LoadError::MissingField { table, field, index }
 }
 
+/// Safe reads of one verified table's scalar fields: the vtable is located once, where
+/// each generated accessor locates it again for every field (half the cost of decoding a
+/// payload went there), and every read is a bounds-checked slice read. The verifier has
+/// already checked each field's bounds, so a read failing here (`None`) would be a
+/// verifier bug; callers still turn it into a typed error, never a panic.
+#[derive(Clone, Copy)]
+struct Fields<'a> {
+    buf: &'a [u8],
+    /// The table's position in `buf`.
+    loc: usize,
+    /// Its vtable's bytes: `[length, object size, field offsets...]`.
+    vt: &'a [u8],
+}
+
+fn le_u16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+impl<'a> Fields<'a> {
+    fn of(t: flatbuffers::Table<'a>) -> Option<Fields<'a>> {
+        let (buf, loc) = (t.buf(), t.loc());
+        // The table starts with a signed offset back to its vtable.
+        let soffset = le_u32(buf, loc)? as i32;
+        let vt_loc = usize::try_from((loc as i64).checked_sub(i64::from(soffset))?).ok()?;
+        let len = le_u16(buf, vt_loc)? as usize;
+        Some(Fields { buf, loc, vt: buf.get(vt_loc..vt_loc.checked_add(len)?)? })
+    }
+
+    /// The field of vtable slot `slot` (the generated `VT_*` constant), or `None` when the
+    /// table omits it (a slot past the vtable's end or a zero entry: the schema default).
+    fn at(&self, slot: u16) -> Option<usize> {
+        match le_u16(self.vt, slot as usize) {
+            None | Some(0) => None,
+            Some(o) => self.loc.checked_add(o as usize),
+        }
+    }
+
+    /// A `uint` field whose schema default is 0 (every one in this schema).
+    fn u32(&self, slot: u16) -> Option<u32> {
+        match self.at(slot) {
+            None => Some(0),
+            Some(at) => le_u32(self.buf, at),
+        }
+    }
+
+    /// A `short` field whose schema default is 0.
+    fn i16(&self, slot: u16) -> Option<i16> {
+        match self.at(slot) {
+            None => Some(0),
+            Some(at) => le_u16(self.buf, at).map(|x| x as i16),
+        }
+    }
+}
+
+/// The error for a verified table that [`Fields`] could not read (never expected).
+fn unreadable(table: &'static str, index: usize) -> LoadError {
+    LoadError::Verify(format!("{table} {index}: a verified table could not be read"))
+}
+
+/// `XNNTensorValue`'s scalars: (datatype, num_dims, constant_buffer_idx, external_id,
+/// flags, id_out).
+fn tensor_scalars(t: fb::XNNTensorValue<'_>) -> Option<(i16, u32, u32, u32, u32, u32)> {
+    use fb::XNNTensorValue as T;
+    let f = Fields::of(t._tab)?;
+    Some((
+        f.i16(T::VT_DATATYPE)?,
+        f.u32(T::VT_NUM_DIMS)?,
+        f.u32(T::VT_CONSTANT_BUFFER_IDX)?,
+        f.u32(T::VT_EXTERNAL_ID)?,
+        f.u32(T::VT_FLAGS)?,
+        f.u32(T::VT_ID_OUT)?,
+    ))
+}
+
 fn decode_tensor(i: usize, t: fb::XNNTensorValue<'_>) -> Result<XValue, LoadError> {
-    let raw = t.datatype().0;
+    let (raw, num_dims, constant_buffer_idx, external_id, flags, id_out) =
+        tensor_scalars(t).ok_or_else(|| unreadable("value", i))?;
     let datatype = match XnnDatatype::from_i16(raw) {
         Some(XnnDatatype::Invalid) | None => return Err(LoadError::BadDatatype { value: i, raw }),
         Some(d) => d,
     };
-    let num_dims = t.num_dims();
     if num_dims as usize > MAX_DIMS {
         return Err(LoadError::TooManyDims { value: i, num_dims: num_dims as u64 });
     }
@@ -307,15 +385,7 @@ fn decode_tensor(i: usize, t: fb::XNNTensorValue<'_>) -> Result<XValue, LoadErro
     if dims.len() != num_dims as usize {
         return Err(LoadError::DimsMismatch { table: "value", index: i, num_dims, len: dims.len() });
     }
-    Ok(XValue {
-        datatype,
-        dims,
-        constant_buffer_idx: t.constant_buffer_idx(),
-        external_id: t.external_id(),
-        flags: t.flags(),
-        id_out: t.id_out(),
-        quant: None,
-    })
+    Ok(XValue { datatype, dims, constant_buffer_idx, external_id, flags, id_out, quant: None })
 }
 
 fn decode_value(i: usize, xv: fb::XValue<'_>) -> Result<XValue, LoadError> {
@@ -521,148 +591,144 @@ fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNod
     if type_id as usize > NODE_TYPE_NAMES.len() || type_id > known_node_types {
         return Err(LoadError::UnknownNodeType { node: i, type_id });
     }
-    if xn.xnode_union().is_none() {
+    let Some(table) = xn.xnode_union() else {
         return Err(missing("XNode", "xnode_union", i));
-    }
-    let n1 = |t: Option<fb::_XNNNode1x1<'_>>| t.map(|t| (t.input_id(), t.output_id(), t.flags()));
-    let n2 = |t: Option<fb::_XNNNode2x1<'_>>| t.map(|t| (t.input1_id(), t.input2_id(), t.output_id(), t.flags()));
-    let conv = |t: Option<fb::_XNNNodeConv<'_>>| {
-        t.map(|c| ConvNode {
-            padding_top: c.padding_top(),
-            padding_right: c.padding_right(),
-            padding_bottom: c.padding_bottom(),
-            padding_left: c.padding_left(),
-            kernel_height: c.kernel_height(),
-            kernel_width: c.kernel_width(),
-            subsampling_height: c.subsampling_height(),
-            subsampling_width: c.subsampling_width(),
-            dilation_height: c.dilation_height(),
-            dilation_width: c.dilation_width(),
-            group_input_channels: c.group_input_channels(),
-            group_output_channels: c.group_output_channels(),
-            groups: c.groups(),
-            adjustment_height: c.adjustment_height(),
-            adjustment_width: c.adjustment_width(),
-            input1_id: c.input1_id(),
-            filter_id: c.filter_id(),
-            bias_id: c.bias_id(),
-            output_id: c.output_id(),
-            flags: c.flags(),
+    };
+    // The union's table, of the member `type_id` names (what each generated
+    // `xnode_union_as_*` returns once the type matches), read field by field.
+    let f = Fields::of(table).ok_or_else(|| unreadable("node", i))?;
+    let n1 = || {
+        use fb::_XNNNode1x1 as T;
+        Some((f.u32(T::VT_INPUT_ID)?, f.u32(T::VT_OUTPUT_ID)?, f.u32(T::VT_FLAGS)?))
+    };
+    let n2 = || {
+        use fb::_XNNNode2x1 as T;
+        Some((f.u32(T::VT_INPUT1_ID)?, f.u32(T::VT_INPUT2_ID)?, f.u32(T::VT_OUTPUT_ID)?, f.u32(T::VT_FLAGS)?))
+    };
+    let conv = || {
+        use fb::_XNNNodeConv as T;
+        Some(ConvNode {
+            padding_top: f.u32(T::VT_PADDING_TOP)?,
+            padding_right: f.u32(T::VT_PADDING_RIGHT)?,
+            padding_bottom: f.u32(T::VT_PADDING_BOTTOM)?,
+            padding_left: f.u32(T::VT_PADDING_LEFT)?,
+            kernel_height: f.u32(T::VT_KERNEL_HEIGHT)?,
+            kernel_width: f.u32(T::VT_KERNEL_WIDTH)?,
+            subsampling_height: f.u32(T::VT_SUBSAMPLING_HEIGHT)?,
+            subsampling_width: f.u32(T::VT_SUBSAMPLING_WIDTH)?,
+            dilation_height: f.u32(T::VT_DILATION_HEIGHT)?,
+            dilation_width: f.u32(T::VT_DILATION_WIDTH)?,
+            group_input_channels: f.u32(T::VT_GROUP_INPUT_CHANNELS)?,
+            group_output_channels: f.u32(T::VT_GROUP_OUTPUT_CHANNELS)?,
+            groups: f.u32(T::VT_GROUPS)?,
+            adjustment_height: f.u32(T::VT_ADJUSTMENT_HEIGHT)?,
+            adjustment_width: f.u32(T::VT_ADJUSTMENT_WIDTH)?,
+            input1_id: f.u32(T::VT_INPUT1_ID)?,
+            filter_id: f.u32(T::VT_FILTER_ID)?,
+            bias_id: f.u32(T::VT_BIAS_ID)?,
+            output_id: f.u32(T::VT_OUTPUT_ID)?,
+            flags: f.u32(T::VT_FLAGS)?,
         })
     };
     use crate::xnn::node_type as nt;
-    let kind =
-        match type_id {
-            nt::ADD => n2(xn.xnode_union_as_xnnadd()).map(|(input1_id, input2_id, output_id, flags)| Add {
-                input1_id,
-                input2_id,
-                output_id,
-                flags,
-            }),
-            nt::SUBTRACT => n2(xn.xnode_union_as_xnnsubtract())
-                .map(|(input1_id, input2_id, output_id, flags)| Subtract { input1_id, input2_id, output_id, flags }),
-            nt::MULTIPLY => n2(xn.xnode_union_as_xnnmultiply())
-                .map(|(input1_id, input2_id, output_id, flags)| Multiply { input1_id, input2_id, output_id, flags }),
-            nt::DIV => n2(xn.xnode_union_as_xnndiv()).map(|(input1_id, input2_id, output_id, flags)| Div {
-                input1_id,
-                input2_id,
-                output_id,
-                flags,
-            }),
-            nt::FULLY_CONNECTED => xn.xnode_union_as_xnnfully_connected().map(|t| FullyConnected {
-                input1_id: t.input1_id(),
-                filter_id: t.filter_id(),
-                bias_id: t.bias_id(),
-                output_id: t.output_id(),
-                flags: t.flags(),
-            }),
-            nt::CLAMP => n1(xn.xnode_union_as_xnnclamp()).map(|(input_id, output_id, flags)| Clamp {
-                input_id,
-                output_id,
-                flags,
-            }),
-            nt::SQUARE => n1(xn.xnode_union_as_xnnsquare()).map(|(input_id, output_id, flags)| Square {
-                input_id,
-                output_id,
-                flags,
-            }),
-            nt::RECIPROCAL_SQUARE_ROOT => n1(xn.xnode_union_as_xnnreciprocal_square_root())
-                .map(|(input_id, output_id, flags)| ReciprocalSquareRoot { input_id, output_id, flags }),
-            nt::CONVERT => n1(xn.xnode_union_as_xnnconvert()).map(|(input_id, output_id, flags)| Convert {
-                input_id,
-                output_id,
-                flags,
-            }),
-            nt::COPY => {
-                n1(xn.xnode_union_as_xnncopy()).map(|(input_id, output_id, flags)| Copy { input_id, output_id, flags })
+    let kind = match type_id {
+        nt::ADD => n2().map(|(input1_id, input2_id, output_id, flags)| Add { input1_id, input2_id, output_id, flags }),
+        nt::SUBTRACT => {
+            n2().map(|(input1_id, input2_id, output_id, flags)| Subtract { input1_id, input2_id, output_id, flags })
+        }
+        nt::MULTIPLY => {
+            n2().map(|(input1_id, input2_id, output_id, flags)| Multiply { input1_id, input2_id, output_id, flags })
+        }
+        nt::DIV => n2().map(|(input1_id, input2_id, output_id, flags)| Div { input1_id, input2_id, output_id, flags }),
+        nt::FULLY_CONNECTED => {
+            use fb::XNNFullyConnected as T;
+            (|| {
+                Some(FullyConnected {
+                    input1_id: f.u32(T::VT_INPUT1_ID)?,
+                    filter_id: f.u32(T::VT_FILTER_ID)?,
+                    bias_id: f.u32(T::VT_BIAS_ID)?,
+                    output_id: f.u32(T::VT_OUTPUT_ID)?,
+                    flags: f.u32(T::VT_FLAGS)?,
+                })
+            })()
+        }
+        nt::CLAMP => n1().map(|(input_id, output_id, flags)| Clamp { input_id, output_id, flags }),
+        nt::SQUARE => n1().map(|(input_id, output_id, flags)| Square { input_id, output_id, flags }),
+        nt::RECIPROCAL_SQUARE_ROOT => {
+            n1().map(|(input_id, output_id, flags)| ReciprocalSquareRoot { input_id, output_id, flags })
+        }
+        nt::CONVERT => n1().map(|(input_id, output_id, flags)| Convert { input_id, output_id, flags }),
+        nt::COPY => n1().map(|(input_id, output_id, flags)| Copy { input_id, output_id, flags }),
+        nt::GLOBAL_AVG_POOLING_2D => {
+            n1().map(|(input_id, output_id, flags)| GlobalAvgPooling2d { input_id, output_id, flags })
+        }
+        nt::STATIC_TRANSPOSE => match xn.xnode_union_as_xnnstatic_transpose() {
+            Some(t) => {
+                let perm = t.perm().ok_or_else(|| missing("XNNStaticTranspose", "perm", i))?;
+                if perm.len() > MAX_DIMS || perm.len() != t.num_dims() as usize {
+                    return Err(LoadError::DimsMismatch {
+                        table: "XNNStaticTranspose node",
+                        index: i,
+                        num_dims: t.num_dims(),
+                        len: perm.len(),
+                    });
+                }
+                Some(StaticTranspose {
+                    perm: perm.iter().collect(),
+                    input_id: t.input_id(),
+                    output_id: t.output_id(),
+                    flags: t.flags(),
+                })
             }
-            nt::GLOBAL_AVG_POOLING_2D => n1(xn.xnode_union_as_xnnglobal_avg_pooling_2d())
-                .map(|(input_id, output_id, flags)| GlobalAvgPooling2d { input_id, output_id, flags }),
-            nt::STATIC_TRANSPOSE => match xn.xnode_union_as_xnnstatic_transpose() {
-                Some(t) => {
-                    let perm = t.perm().ok_or_else(|| missing("XNNStaticTranspose", "perm", i))?;
-                    if perm.len() > MAX_DIMS || perm.len() != t.num_dims() as usize {
-                        return Err(LoadError::DimsMismatch {
-                            table: "XNNStaticTranspose node",
-                            index: i,
-                            num_dims: t.num_dims(),
-                            len: perm.len(),
-                        });
-                    }
-                    Some(StaticTranspose {
-                        perm: perm.iter().collect(),
-                        input_id: t.input_id(),
-                        output_id: t.output_id(),
-                        flags: t.flags(),
-                    })
+            None => None,
+        },
+        nt::STATIC_RESHAPE => match xn.xnode_union_as_xnnstatic_reshape() {
+            Some(t) => {
+                let shape = t.new_shape().ok_or_else(|| missing("XNNStaticReshape", "new_shape", i))?;
+                if shape.len() > MAX_DIMS || shape.len() != t.num_dims() as usize {
+                    return Err(LoadError::DimsMismatch {
+                        table: "XNNStaticReshape node",
+                        index: i,
+                        num_dims: t.num_dims(),
+                        len: shape.len(),
+                    });
                 }
-                None => None,
-            },
-            nt::STATIC_RESHAPE => match xn.xnode_union_as_xnnstatic_reshape() {
-                Some(t) => {
-                    let shape = t.new_shape().ok_or_else(|| missing("XNNStaticReshape", "new_shape", i))?;
-                    if shape.len() > MAX_DIMS || shape.len() != t.num_dims() as usize {
-                        return Err(LoadError::DimsMismatch {
-                            table: "XNNStaticReshape node",
-                            index: i,
-                            num_dims: t.num_dims(),
-                            len: shape.len(),
-                        });
-                    }
-                    Some(StaticReshape {
-                        new_shape: shape.iter().collect(),
-                        input_id: t.input_id(),
-                        output_id: t.output_id(),
-                        flags: t.flags(),
-                    })
+                Some(StaticReshape {
+                    new_shape: shape.iter().collect(),
+                    input_id: t.input_id(),
+                    output_id: t.output_id(),
+                    flags: t.flags(),
+                })
+            }
+            None => None,
+        },
+        nt::STATIC_MEAN => match xn.xnode_union_as_xnnstatic_mean() {
+            Some(t) => {
+                let axes = t.reduction_axes().ok_or_else(|| missing("_XNNStaticReduce", "reduction_axes", i))?;
+                if axes.len() > MAX_DIMS || axes.len() != t.num_reduction_axes() as usize {
+                    return Err(LoadError::DimsMismatch {
+                        table: "XNNStaticMean node",
+                        index: i,
+                        num_dims: t.num_reduction_axes(),
+                        len: axes.len(),
+                    });
                 }
-                None => None,
-            },
-            nt::STATIC_MEAN => match xn.xnode_union_as_xnnstatic_mean() {
-                Some(t) => {
-                    let axes = t.reduction_axes().ok_or_else(|| missing("_XNNStaticReduce", "reduction_axes", i))?;
-                    if axes.len() > MAX_DIMS || axes.len() != t.num_reduction_axes() as usize {
-                        return Err(LoadError::DimsMismatch {
-                            table: "XNNStaticMean node",
-                            index: i,
-                            num_dims: t.num_reduction_axes(),
-                            len: axes.len(),
-                        });
-                    }
-                    Some(StaticMean {
-                        reduction_axes: axes.iter().collect(),
-                        input_id: t.input_id(),
-                        output_id: t.output_id(),
-                        flags: t.flags(),
-                    })
-                }
-                None => None,
-            },
-            nt::CONV_2D => conv(xn.xnode_union_as_xnnconv_2d()).map(Conv2d),
-            nt::DEPTHWISE_CONV_2D => conv(xn.xnode_union_as_xnndepthwise_conv_2d()).map(DepthwiseConv2d),
-            _ => Some(Other { type_id }),
-        };
-    let kind = kind.ok_or_else(|| missing("XNode", "xnode_union", i))?;
+                Some(StaticMean {
+                    reduction_axes: axes.iter().collect(),
+                    input_id: t.input_id(),
+                    output_id: t.output_id(),
+                    flags: t.flags(),
+                })
+            }
+            None => None,
+        },
+        nt::CONV_2D => conv().map(Conv2d),
+        nt::DEPTHWISE_CONV_2D => conv().map(DepthwiseConv2d),
+        _ => Some(Other { type_id }),
+    };
+    // `None`: a read failed in the member's table, present and of type `type_id` as
+    // checked above (never expected after verification).
+    let kind = kind.ok_or_else(|| unreadable("node", i))?;
     let output_min_max = xn.output_min_max().map(|m| (m.output_min(), m.output_max()));
     if let Some((lo, hi)) = output_min_max {
         // NaN bounds are incomparable, so they are refused too.
