@@ -435,11 +435,16 @@ fn conv2d(
         .map(|t| {
             let ((y0, y1), (x0, x1)) = (ys[t / kw], xs[t % kw]);
             (y1 - y0 < oh || x1 - x0 < ow).then(|| {
-                let rows = (0..oh).map(|y| (y0..y1).contains(&y));
-                let plane_mask: Vec<u64> = rows
-                    .flat_map(|inside| (0..ow).map(move |x| if inside && (x0..x1).contains(&x) { u64::MAX } else { 0 }))
-                    .collect();
-                plane_mask.repeat(n)
+                // One plane's mask (rows outside zero, inside rows zero outside x0..x1), then
+                // a copy of it per further batch.
+                let mut mask = vec![0u64; positions];
+                for row in mask[y0 * ow..y1 * ow].chunks_exact_mut(ow) {
+                    row[x0..x1].fill(u64::MAX);
+                }
+                for b in 1..n {
+                    mask.copy_within(..oplane, b * oplane);
+                }
+                mask
             })
         })
         .collect();
