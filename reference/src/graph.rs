@@ -438,6 +438,26 @@ pub fn mean_axes(dims: &[i64], rank: usize) -> Result<Vec<usize>, GraphErrorKind
     Ok(axes)
 }
 
+/// [`mean_axes`] as a bit set (bit d: dim d is reduced), with the same errors, for a rank of
+/// a valid spec (at most [`MAX_RANK`]): no list allocated.
+fn mean_axes_mask(dims: &[i64], rank: usize) -> Result<u64, GraphErrorKind> {
+    let rr = (rank as i64).max(1);
+    let mut axes = 0u64;
+    for &d in dims {
+        // A 0-D tensor accepts dim 0 and -1, as PyTorch does.
+        if d < -rr || d >= rr {
+            return Err(GraphErrorKind::DimOutOfRange { dim: d, rank });
+        }
+        let n = d.rem_euclid(rr) as usize;
+        if axes & (1 << n) != 0 {
+            return Err(GraphErrorKind::RepeatedDim { dim: n });
+        }
+        axes |= 1 << n;
+    }
+    let all = (1u64 << rank) - 1;
+    Ok(if dims.is_empty() { all } else { axes & all })
+}
+
 fn want_inputs(inputs: &[&TensorSpec], lo: usize, hi: usize) -> Result<(), GraphErrorKind> {
     if inputs.len() < lo || inputs.len() > hi {
         let expected = if lo == hi { lo.to_string() } else { format!("{lo} to {hi}") };
@@ -530,10 +550,10 @@ fn infer_from_valid(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, Graph
                     return Err(E::UnsupportedDtype { dtype: *d });
                 }
             }
-            let axes = mean_axes(dims, x.rank())?;
-            let mut shape = Vec::new();
+            let axes = mean_axes_mask(dims, x.rank())?;
+            let mut shape = Vec::with_capacity(x.rank());
             for (i, d) in x.shape.iter().enumerate() {
-                if axes.contains(&i) {
+                if axes & (1 << i) != 0 {
                     if *keepdim {
                         shape.push(Dim::fixed(1));
                     }
@@ -878,8 +898,7 @@ impl GraphBuilder {
         let result = if let Some(&bad) = ids.iter().find(|&&i| i >= id) {
             Err(GraphErrorKind::UnknownNode { id: bad })
         } else {
-            let ins: Vec<&TensorSpec> = ids.iter().map(|&i| &g.nodes[i].spec).collect();
-            infer(&op, &ins)
+            with_inputs(&ids, |i| &g.nodes[i].spec, |ins| infer(&op, ins))
         };
         let spec = match result {
             Ok(s) => s,
@@ -1011,5 +1030,21 @@ impl GraphBuilder {
         let graph = Graph { nodes: inner.nodes, inputs: inner.inputs, outputs: outputs.iter().map(|t| t.0).collect() };
         graph.validate()?;
         Ok(graph)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_axes_mask_matches_mean_axes() {
+        let lists: [&[i64]; 10] = [&[], &[0], &[-1], &[1, -1], &[2, 0], &[0, 0], &[-1, 5], &[3, -7], &[1, 2, 3], &[6]];
+        for rank in 0..=MAX_RANK {
+            for dims in lists {
+                let want = mean_axes(dims, rank).map(|a| a.iter().fold(0u64, |m, &d| m | 1 << d));
+                assert_eq!(mean_axes_mask(dims, rank), want, "dims {dims:?} rank {rank}");
+            }
+        }
     }
 }
