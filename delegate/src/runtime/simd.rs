@@ -1161,10 +1161,9 @@ fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize, const FULL: b
                 // n == L: a copy of known length (one vector load, no test per element).
                 rq.copy_from_slice(&from[..L]);
             } else {
-                for t in 0..L {
-                    if t < n {
-                        rq[t] = from[t];
-                    }
+                // n < L: the first n (the zip stops at `from`'s end; no test per element).
+                for (d, &v) in rq.iter_mut().zip(from) {
+                    *d = v;
                 }
             }
         }
@@ -1186,10 +1185,8 @@ fn window_narrow<T: Lane, X: Copy, const L: usize, const P: usize, const FULL: b
         if FULL {
             a[..L].copy_from_slice(rq);
         } else {
-            for t in 0..L {
-                if t < n {
-                    a[t] = rq[t];
-                }
+            for (d, &v) in a.iter_mut().zip(rq) {
+                *d = v;
             }
         }
     }
