@@ -170,6 +170,9 @@ impl CheckOptions {
     }
 }
 
+/// The magnitude twin's value of every node, and its outputs' values as f64.
+type Twin = (Vec<Tensor>, Vec<Vec<f64>>);
+
 /// The reference's view of one run: inputs, outputs (or its error) and, computed on first
 /// use, the outputs as f64 and the magnitude twin's values (see `patterns`).
 pub struct RefRun<'a> {
@@ -180,7 +183,7 @@ pub struct RefRun<'a> {
     built: &'a Built,
     values: std::cell::OnceCell<Vec<Vec<f64>>>,
     /// The twin's value of every node, and its outputs' values as f64.
-    twin: std::cell::OnceCell<Option<(Vec<Tensor>, Vec<Vec<f64>>)>>,
+    twin: std::cell::OnceCell<Option<Twin>>,
     peak: std::cell::OnceCell<f64>,
 }
 
@@ -209,7 +212,7 @@ impl RefRun<'_> {
         })
     }
 
-    fn twin(&self) -> Option<&(Vec<Tensor>, Vec<Vec<f64>>)> {
+    fn twin(&self) -> Option<&Twin> {
         self.twin
             .get_or_init(|| {
                 self.outputs.as_ref().ok()?;

@@ -499,7 +499,7 @@ fn conv2d(
     // Taps go `TAPS` at a time (consecutive in that order) through one pass over the
     // accumulators; a tap without a mask then takes the all-ones one.
     let ones = vec![u64::MAX; if keep.iter().any(Option::is_some) { positions } else { 0 }];
-    let mut group: Vec<(&[f64], f64, Option<&[u64]>)> = Vec::with_capacity(TAPS);
+    let mut group: Vec<Tap> = Vec::with_capacity(TAPS);
     for oi in 0..o {
         let g = oi / og;
         sums.fill(Acc::new().s);
@@ -548,14 +548,17 @@ fn add_products(s: &mut [f64], c: &mut [f64], x: &[f64], w: f64) {
 /// How many taps [`add_tap_group`] adds in one pass.
 const TAPS: usize = 4;
 
+/// One conv tap: its input run, its weight and, when some positions miss the input, the mask
+/// of those it hits.
+type Tap<'a> = (&'a [f64], f64, Option<&'a [u64]>);
+
 /// Adds up to [`TAPS`] taps (input run, weight, mask) to every accumulator, in their order:
 /// [`add_products_n`] for their number, masked when any of them is (`ones`: an all-ones mask
 /// as long as the accumulators, for those without one).
-fn add_tap_group(s: &mut [f64], c: &mut [f64], group: &[(&[f64], f64, Option<&[u64]>)], ones: &[u64]) {
-    fn split<'a, const T: usize>(
-        group: &[(&'a [f64], f64, Option<&'a [u64]>)],
-        ones: &'a [u64],
-    ) -> ([&'a [f64]; T], [f64; T], Option<[&'a [u64]; T]>) {
+fn add_tap_group(s: &mut [f64], c: &mut [f64], group: &[Tap], ones: &[u64]) {
+    /// The group's inputs, weights and (when any tap has one) masks, as arrays.
+    type Split<'a, const T: usize> = ([&'a [f64]; T], [f64; T], Option<[&'a [u64]; T]>);
+    fn split<'a, const T: usize>(group: &[Tap<'a>], ones: &'a [u64]) -> Split<'a, T> {
         let masked = group.iter().any(|g| g.2.is_some());
         (
             std::array::from_fn(|t| group[t].0),

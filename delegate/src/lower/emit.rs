@@ -635,7 +635,6 @@ pub fn emit(pg: &PGraph, g: &Graph, _opts: &LowerOptions) -> Result<XnnGraph, Lo
         output_ids: Vec::with_capacity(pg.outputs.len()),
         constant_data,
         constant_bytes,
-        ..Default::default()
     };
     // A value feeding an implicit quantize is stored as qint8 with that quantize's params
     // (`QuantParams.from_outputs`): the first such live quantize in node order.

@@ -236,7 +236,7 @@ fn compare_known<'m>(
         (TensorData::Bf16(v), MemoryFormat::Contiguous) => first_beyond(&mut v.iter().map(|&g| bf16_to_f64(g))),
         _ => first_beyond(&mut converted_got.insert(got.values_f64()).iter().copied()),
     };
-    let Some(start) = start else { return None };
+    let start = start?;
     let g = converted_got.unwrap_or_else(|| got.values_f64());
     let n = r.len();
     // Before the magnitudes are known, |reference| stands in (overflow needs more).
@@ -287,7 +287,7 @@ fn compare_known<'m>(
             Some(nonfinite_close(i))
         }
     };
-    let Some(first_undecided) = (start..n).find(|&i| decided(i) != Some(true)) else { return None };
+    let first_undecided = (start..n).find(|&i| decided(i) != Some(true))?;
     let m = match &m_cache {
         Some(m) => m.clone(),
         None if tol.step.is_some() => None,
