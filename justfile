@@ -42,3 +42,14 @@ regen:
 fuzz-instructions cases="300":
     cargo build --release -p harness
     valgrind --tool=callgrind --callgrind-out-file=target/callgrind.fuzz.out --toggle-collect='harness::oracle::check' target/release/harness fuzz --cases {{cases}} --quiet --seed 20261130 --jobs 1 2>&1 | grep -E 'Collected|fuzz:'
+
+# The throughput figure in the README: one job pinned to one core, `runs` runs of 10 s;
+# prints each run's cases/s and their median (run it on an otherwise idle machine).
+fuzz-rate runs="5":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo build --release -p harness
+    for i in $(seq {{runs}}); do
+        taskset -c 0 target/release/harness fuzz --duration 10 --quiet --seed 20261130 --jobs 1 2>&1 \
+            | grep -oE '\(([0-9]+) cases/s\)' | tr -dc '0-9\n'
+    done | sort -n | tee /dev/stderr | awk '{v[NR]=$1} END {print "median:", v[int((NR+1)/2)], "cases/s"}'
