@@ -508,7 +508,7 @@ fn binary_broadcasting_is_correctly_rounded() {
     for (ash, bsh) in cases {
         let a = values(ash.iter().product(), 31);
         let b: Vec<f32> = values(bsh.iter().product(), 37).iter().map(|v| v + 2.5).collect();
-        let osh = kernels::elementwise::broadcast_shape(ash, bsh).unwrap();
+        let osh: Vec<usize> = kernels::elementwise::broadcast_dims(ash, bsh).collect::<Option<_>>().unwrap();
         let n: usize = osh.iter().product();
         for op in [Add, Sub, Mul, Div] {
             // Reference: index each operand with broadcasting, compute in f64, round once.

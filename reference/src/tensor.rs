@@ -128,7 +128,6 @@ pub(crate) fn for_each_row2(
     }
     // (size, stride a, stride b) of each merged dim; a shape of many dims (never one of a
     // valid graph) is walked as it is.
-    const MERGED: usize = 8;
     if shape.len() > MERGED {
         let dims: Vec<_> = shape.iter().zip(sa).zip(sb).map(|((&n, &x), &y)| (n, x, y)).collect();
         return walk_rows(&dims, f);
@@ -150,6 +149,9 @@ pub(crate) fn for_each_row2(
     walk_rows(&dims[..rank], f)
 }
 
+/// Dims [`for_each_row2`] merges and walks without an allocation.
+const MERGED: usize = 8;
+
 /// The odometer of [`for_each_row2`] over `dims` (size, stride a, stride b).
 fn walk_rows(dims: &[(usize, usize, usize)], mut f: impl FnMut(usize, usize, usize, usize, usize)) {
     let Some(last) = dims.len().checked_sub(1) else {
@@ -157,7 +159,7 @@ fn walk_rows(dims: &[(usize, usize, usize)], mut f: impl FnMut(usize, usize, usi
         return;
     };
     let (len, step_a, step_b) = dims[last];
-    let mut idx = [0usize; 8];
+    let mut idx = [0usize; MERGED];
     let mut idx_vec = vec![];
     let idx: &mut [usize] = if last <= idx.len() {
         &mut idx[..last]

@@ -475,14 +475,19 @@ fn gap_in_pass(pg: &PGraph, i: usize, g: &Graph) -> Result<bool, LowerError> {
             }
         }
     }
-    Ok(is_gap(op, &pg.nodes[i].spec) && !mutant("gap_as_static"))
+    Ok(treated_as_gap(op, &pg.nodes[i].spec))
+}
+
+/// A mean the pass lowers as GAP in every mode.
+fn treated_as_gap(op: &Op, out: &TensorSpec) -> bool {
+    is_gap(op, out) && !mutant("gap_as_static")
 }
 
 /// Whether the pass and the visitors read the lowering mode at this op: only at a mean
 /// they do not treat as GAP (`class`, `repair_rewired_inputs`, and `nhwc_mean` in the
 /// visitors). A subgraph without such a mean lowers the same in every mode.
 pub(crate) fn reads_mode(op: &Op, out: &TensorSpec) -> bool {
-    matches!(op, Op::Mean { .. }) && (!is_gap(op, out) || mutant("gap_as_static"))
+    matches!(op, Op::Mean { .. }) && !treated_as_gap(op, out)
 }
 
 fn class(pg: &PGraph, i: usize, g: &Graph) -> Result<Class, LowerError> {

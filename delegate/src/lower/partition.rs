@@ -385,12 +385,7 @@ fn dq_inputs(g: &Graph, id: NodeId) -> Option<Vec<NodeId>> {
 }
 
 pub fn plan(g: &Graph, opts: &LowerOptions) -> Plan {
-    plan_with_users(g, opts, &users(g))
-}
-
-/// [`plan`] with the user lists of `g` already built.
-pub(crate) fn plan_with_users(g: &Graph, opts: &LowerOptions, u: &Users) -> Plan {
-    plan_from_verdicts(g, opts.mode, u, verdicts(g, opts))
+    plan_from_verdicts(g, opts.mode, &users(g), verdicts(g, opts))
 }
 
 /// The per-op configs' verdicts: which op nodes are claimed, and why each other op stays

@@ -4,7 +4,7 @@
 //! shapes propagated per node at run time (value dims are upper bounds).
 
 use super::kernels::conv::ConvGeom;
-use super::kernels::elementwise::Unary;
+use super::kernels::elementwise::{broadcast_dims, Unary};
 use super::kernels::linear::FLAG_TRANSPOSE_WEIGHTS;
 use super::kernels::{self, numel, Ctx, Quant, Scratch, View, ViewMut};
 use super::simd::{self, BinOp, Line};
@@ -569,15 +569,8 @@ fn infer_shape(
     match k {
         Kernel::Binary(_) => {
             let (a, b) = (shapes[0], shapes[1]);
-            let r = a.len().max(b.len());
-            for i in 0..r {
-                let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-                let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
-                s.push(match (da, db) {
-                    _ if da == db => da,
-                    (1, d) | (d, 1) => d,
-                    _ => return Err(format!("shapes {a:?} and {b:?} do not broadcast")),
-                });
+            for d in broadcast_dims(a, b) {
+                s.push(d.ok_or_else(|| format!("shapes {a:?} and {b:?} do not broadcast"))?);
             }
         }
         Kernel::Unary(_) | Kernel::Convert => s.extend_from_slice(x),

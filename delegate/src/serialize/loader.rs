@@ -290,8 +290,8 @@ fn missing(table: &'static str, field: &'static str, index: usize) -> LoadError 
 }
 
 /// Safe reads of one verified table's scalar fields: the vtable is located once, where
-/// each generated accessor locates it again for every field (half the cost of decoding a
-/// payload went there), and every read is a bounds-checked slice read. The verifier has
+/// each generated accessor locates it again for every field, and every read is a
+/// bounds-checked slice read. The verifier has
 /// already checked each field's bounds, so a read failing here (`None`) would be a
 /// verifier bug; callers still turn it into a typed error, never a panic.
 #[derive(Clone, Copy)]

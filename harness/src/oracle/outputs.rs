@@ -280,9 +280,10 @@ fn compare_known<'m>(
     // Some(pass) when decided without the magnitude: within the bound at a magnitude no
     // larger than the true one (the bound includes one ulp and only grows with the
     // magnitude), or not finite.
+    let floor_applies = tol.step.is_none();
     let decided = |i: usize| -> Option<bool> {
         if r[i].is_finite() && g[i].is_finite() {
-            (tol.step.is_none() && within_floor(r[i], g[i])).then_some(true)
+            (floor_applies && within_floor(r[i], g[i])).then_some(true)
         } else {
             Some(nonfinite_close(i))
         }
@@ -295,7 +296,6 @@ fn compare_known<'m>(
     };
     let mut lines = vec![];
     let mut bad = 0usize;
-    let floor_applies = tol.step.is_none();
     for i in first_undecided..n {
         // `decided(i)`, then the bound at the twin's magnitude, with the finite case inline.
         let (ri, gi) = (r[i], g[i]);

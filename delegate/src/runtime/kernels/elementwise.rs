@@ -6,38 +6,24 @@ use super::convert::{from_f32, to_f32};
 use super::{numel, sized_for_overwrite, Ctx, Scratch, View, ViewMut};
 use crate::runtime::simd::{self, BinOp};
 
-/// Broadcast output shape of two right-aligned shapes, or `None` if incompatible.
-pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+/// The broadcast output dims of two right-aligned shapes, in order: `None` at a dim where
+/// they are incompatible. An iterator, so callers fill their own buffer or compare in place.
+pub fn broadcast_dims<'a>(a: &'a [usize], b: &'a [usize]) -> impl Iterator<Item = Option<usize>> + 'a {
     let r = a.len().max(b.len());
-    (0..r)
-        .map(|i| {
-            let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-            let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
-            match (da, db) {
-                _ if da == db => Some(da),
-                (1, d) | (d, 1) => Some(d),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// Whether right-aligned shapes `a` and `b` broadcast to exactly `out` (as
-/// `broadcast_shape(a, b) == Some(out)`, without building the shape).
-fn broadcasts_to(a: &[usize], b: &[usize], out: &[usize]) -> bool {
-    let r = out.len();
-    if a.len().max(b.len()) != r {
-        return false;
-    }
-    (0..r).all(|i| {
+    (0..r).map(move |i| {
         let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
         let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
         match (da, db) {
-            _ if da == db => da == out[i],
-            (1, d) | (d, 1) => d == out[i],
-            _ => false,
+            _ if da == db => Some(da),
+            (1, d) | (d, 1) => Some(d),
+            _ => None,
         }
     })
+}
+
+/// Whether right-aligned shapes `a` and `b` broadcast to exactly `out`.
+fn broadcasts_to(a: &[usize], b: &[usize], out: &[usize]) -> bool {
+    a.len().max(b.len()) == out.len() && broadcast_dims(a, b).zip(out).all(|(d, &o)| d == Some(o))
 }
 
 /// Highest rank of a binary op (XNNPACK's `XNN_MAX_TENSOR_DIMS`; `compile` refuses more).
@@ -233,8 +219,9 @@ mod tests {
 
     #[test]
     fn broadcast_layout_merges() {
-        assert_eq!(broadcast_shape(&[2, 3, 4], &[4]), Some(vec![2, 3, 4]));
-        assert_eq!(broadcast_shape(&[2, 3], &[4]), None);
+        let shape = |a: &[usize], b: &[usize]| broadcast_dims(a, b).collect::<Option<Vec<_>>>();
+        assert_eq!(shape(&[2, 3, 4], &[4]), Some(vec![2, 3, 4]));
+        assert_eq!(shape(&[2, 3], &[4]), None);
         let layout = |a: &[usize], b: &[usize], o: &[usize]| {
             let [d, sa, sb] = broadcast_layout(a, b, o).parts().map(|p| p.to_vec());
             (d, sa, sb)
