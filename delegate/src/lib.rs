@@ -3,7 +3,7 @@
 //! threaded SIMD runtime.
 //!
 //! `unsafe` is denied here and allowed only in `runtime::simd` (the kernels), the pool's job
-//! erasure (`runtime::pool::job`, `runtime::pool::parts`) and the generated flatbuffers code.
+//! erasure (`runtime::pool::job`) and the generated flatbuffers code.
 
 #![deny(unsafe_code)]
 

@@ -9,7 +9,6 @@
 // The lifetime erasure of a job borrowed by persistent workers: `unsafe` (see its docs).
 #[allow(unsafe_code)]
 mod job;
-#[allow(unsafe_code)]
 mod parts;
 
 use super::ThreadPolicy;

@@ -1,32 +1,32 @@
 //! Disjoint mutable chunks of one slice, handed to the pool's threads: each chunk can be
-//! taken once, from any thread.
+//! taken once, from any thread. Safe Rust: the slice is cut with `split_at_mut` up front and
+//! each chunk sits behind its own (uncontended) lock, so no claim needs `unsafe`.
 
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// A mutable slice split at fixed boundaries; each chunk can be taken once, from any thread.
 pub struct Parts<'a, T> {
-    ptr: *mut T,
-    bounds: Vec<usize>,
-    claimed: Vec<AtomicBool>,
-    _borrow: PhantomData<&'a mut [T]>,
+    /// Start offset of each chunk in the original slice.
+    starts: Vec<usize>,
+    chunks: Vec<Mutex<Option<&'a mut [T]>>>,
 }
-
-// SAFETY: `Parts` only hands out disjoint `&'a mut [T]` chunks, each at most once (atomic claim),
-// which is what sending `&mut [T]` pieces to other threads requires (`T: Send`).
-unsafe impl<T: Send> Send for Parts<'_, T> {}
-// SAFETY: as above; shared access only performs atomic claims.
-unsafe impl<T: Send> Sync for Parts<'_, T> {}
 
 impl<'a, T> Parts<'a, T> {
     /// Splits `s` at `bounds` (starts with 0, non-decreasing, ends with `s.len()`).
-    pub fn new(s: &'a mut [T], bounds: Vec<usize>) -> Parts<'a, T> {
+    pub fn new(s: &'a mut [T], mut bounds: Vec<usize>) -> Parts<'a, T> {
         assert!(
             bounds.first() == Some(&0) && bounds.last() == Some(&s.len()) && bounds.windows(2).all(|w| w[0] <= w[1]),
             "chunk bounds must cover the slice in order"
         );
-        let claimed = (0..bounds.len() - 1).map(|_| AtomicBool::new(false)).collect();
-        Parts { ptr: s.as_mut_ptr(), bounds, claimed, _borrow: PhantomData }
+        let mut chunks = Vec::with_capacity(bounds.len() - 1);
+        let mut rest = s;
+        for w in bounds.windows(2) {
+            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
+            chunks.push(Mutex::new(Some(chunk)));
+            rest = tail;
+        }
+        bounds.pop();
+        Parts { starts: bounds, chunks }
     }
 
     /// Chunks of `chunk` elements (the last may be shorter).
@@ -42,29 +42,22 @@ impl<'a, T> Parts<'a, T> {
     }
 
     pub fn len(&self) -> usize {
-        self.claimed.len()
+        self.chunks.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.claimed.is_empty()
+        self.chunks.is_empty()
     }
 
     /// Start offset of chunk `i` in the original slice.
     pub fn start(&self, i: usize) -> usize {
-        self.bounds[i]
+        self.starts[i]
     }
 
-    /// Takes chunk `i`; `None` if out of range or already taken.
+    /// Takes chunk `i`; `None` if out of range or already taken. A lock poisoned by a panic
+    /// elsewhere still hands out its chunk (the chunk itself was never touched).
     pub fn take(&self, i: usize) -> Option<&'a mut [T]> {
-        let c = self.claimed.get(i)?;
-        if c.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        let (s, e) = (self.bounds[i], self.bounds[i + 1]);
-        // SAFETY: `new` checked 0 = b0 <= b1 <= ... <= len, so chunk i is inside the slice and
-        // disjoint from every other chunk; the atomic swap guarantees chunk i is handed out once.
-        // The original `&'a mut` borrow is held by `self` (PhantomData) for `'a`.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(s), e - s) })
+        self.chunks.get(i)?.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
