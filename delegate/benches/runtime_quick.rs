@@ -210,7 +210,11 @@ fn main() {
                 ("t2 cost", 2, ThreadPolicy::CostModel),
                 ("t2 per_output", 2, ThreadPolicy::PerOutputTasks),
             ] {
-                let p = Program::new(&lowered, &RunOptions { threads, policy, simd: SimdLevel::Auto }).unwrap();
+                let p = Program::new(
+                    &lowered,
+                    &RunOptions { threads, policy, simd: SimdLevel::Auto, ..RunOptions::default() },
+                )
+                .unwrap();
                 let tm = time(budget / 2, || {
                     black_box(p.run(std::slice::from_ref(&input)).unwrap());
                 });

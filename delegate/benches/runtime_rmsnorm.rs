@@ -31,7 +31,9 @@ fn bench_rmsnorm(c: &mut Criterion) {
             ("t2_cost", 2, ThreadPolicy::CostModel),
             ("t2_per_output", 2, ThreadPolicy::PerOutputTasks),
         ] {
-            let p = Program::new(&lowered, &RunOptions { threads, policy, simd: SimdLevel::Auto }).unwrap();
+            let p =
+                Program::new(&lowered, &RunOptions { threads, policy, simd: SimdLevel::Auto, ..RunOptions::default() })
+                    .unwrap();
             g.bench_with_input(BenchmarkId::new(format!("1x{t}x{d}"), label), &(), |b, _| {
                 b.iter(|| p.run(black_box(std::slice::from_ref(&x))).unwrap())
             });

@@ -136,9 +136,9 @@ fn configs() -> Vec<RunOptions> {
         .filter(|&s| delegate::runtime::resolve_simd(s).is_ok())
         .collect();
     for simd in simds {
-        v.push(RunOptions { threads: 1, policy: ThreadPolicy::CostModel, simd });
-        v.push(RunOptions { threads: 2, policy: ThreadPolicy::CostModel, simd });
-        v.push(RunOptions { threads: 2, policy: ThreadPolicy::PerOutputTasks, simd });
+        v.push(RunOptions { threads: 1, policy: ThreadPolicy::CostModel, simd, ..RunOptions::default() });
+        v.push(RunOptions { threads: 2, policy: ThreadPolicy::CostModel, simd, ..RunOptions::default() });
+        v.push(RunOptions { threads: 2, policy: ThreadPolicy::PerOutputTasks, simd, ..RunOptions::default() });
     }
     v
 }

@@ -339,7 +339,7 @@ pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &Mac
             (Some(Ok(l)), Ok(want)) => {
                 row.delegates = l.summary.delegates;
                 row.transposes = l.summary.transposes;
-                let opts = RunOptions { threads, policy: v.policy, simd: SimdLevel::Auto };
+                let opts = RunOptions { threads, policy: v.policy, simd: SimdLevel::Auto, ..RunOptions::default() };
                 match build_program(l, &opts) {
                     Ok(mut prog) => match run_program(&mut prog, &prep.inputs) {
                         Ok(out) => match compare_outputs(&out, want, p.dtype) {

@@ -7,6 +7,9 @@
 //! `unsafe` lives only in [`simd`] (the kernels) and in the pool's job erasure; the crate
 //! denies it everywhere else.
 
+mod bound;
+mod exec;
+pub mod fuse;
 pub mod kernels;
 pub mod plan;
 pub mod pool;
@@ -14,6 +17,7 @@ mod program;
 #[allow(unsafe_code)]
 pub mod simd;
 
+pub use bound::Bound;
 pub use program::Program;
 
 use reference::{ElemType, GraphErrorKind, MemoryFormat};
@@ -47,11 +51,19 @@ pub struct RunOptions {
     pub threads: usize,
     pub policy: ThreadPolicy,
     pub simd: SimdLevel,
+    /// Run fused groups (`runtime::fuse`) as one pass each; off runs every node by itself
+    /// (the same bits: for A/B runs of the passes over memory).
+    #[serde(default = "fuse_default")]
+    pub fuse: bool,
+}
+
+fn fuse_default() -> bool {
+    true
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { threads: 1, policy: ThreadPolicy::CostModel, simd: SimdLevel::Auto }
+        RunOptions { threads: 1, policy: ThreadPolicy::CostModel, simd: SimdLevel::Auto, fuse: true }
     }
 }
 

@@ -1,12 +1,16 @@
 //! Execution plan of one loaded delegate segment: value ids mapped to storage (external
 //! inputs borrowed, constants decoded once, outputs written straight into the returned
 //! tensors, intermediates in blocks reused by liveness), nodes decoded into kernels, and
-//! shapes propagated per node at run time (value dims are upper bounds).
+//! shapes propagated per node at run time (value dims are upper bounds). Running a plan is
+//! `runtime::exec`'s.
 
+pub use super::exec::{BoundInput, SegInput, SegmentOutput, SegmentState};
+
+use super::fuse::Group;
 use super::kernels::conv::ConvGeom;
 use super::kernels::elementwise::{broadcast_dims, Unary};
 use super::kernels::linear::FLAG_TRANSPOSE_WEIGHTS;
-use super::kernels::{self, numel, Ctx, Quant, Scratch, View, ViewMut};
+use super::kernels::{self, Quant, View, ViewMut};
 use super::simd::{self, BinOp, Line};
 use super::RuntimeError;
 use crate::xnn::{
@@ -158,7 +162,7 @@ impl Owned {
     }
 }
 
-fn block_view(b: &[Line], dt: Dt, n: usize) -> View<'_> {
+pub(super) fn block_view(b: &[Line], dt: Dt, n: usize) -> View<'_> {
     match dt {
         Dt::F32 => View::F32(&simd::cast::<f32>(b)[..n]),
         Dt::F16 => View::F16(&simd::cast::<f16>(b)[..n]),
@@ -168,7 +172,7 @@ fn block_view(b: &[Line], dt: Dt, n: usize) -> View<'_> {
     }
 }
 
-fn block_view_mut(b: &mut [Line], dt: Dt, n: usize) -> ViewMut<'_> {
+pub(super) fn block_view_mut(b: &mut [Line], dt: Dt, n: usize) -> ViewMut<'_> {
     match dt {
         Dt::F32 => ViewMut::F32(&mut simd::cast_mut::<f32>(b)[..n]),
         Dt::F16 => ViewMut::F16(&mut simd::cast_mut::<f16>(b)[..n]),
@@ -234,6 +238,8 @@ pub struct SegmentPlan {
     pub segment: usize,
     pub values: Vec<ValuePlan>,
     pub nodes: Vec<NodePlan>,
+    /// The nodes as they run with fusion on (`runtime::fuse`), in order.
+    pub groups: Vec<Group>,
     pub consts: Vec<Owned>,
     /// Value index bound to each segment input / output.
     pub input_values: Vec<usize>,
@@ -241,7 +247,7 @@ pub struct SegmentPlan {
     /// Capacity in lines of each intermediate block.
     pub block_lines: Vec<usize>,
     /// Unique per compiled plan (never 0): marks the states fitted to it (`fit_state`).
-    id: u64,
+    pub(super) id: u64,
 }
 
 /// Source of `SegmentPlan::id`.
@@ -413,51 +419,74 @@ impl SegmentPlan {
             return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} is never written")));
         }
 
-        // Liveness-based block assignment for intermediates.
-        let mut last_use = vec![0usize; values.len()];
-        for (i, n) in nodes.iter().enumerate() {
-            for &v in &n.inputs {
-                last_use[v] = i;
-            }
-            last_use[n.output] = last_use[n.output].max(i);
+        let groups = super::fuse::groups(&nodes, &values);
+        let block_lines = assign_blocks(&nodes, &groups, &mut values);
+        let id = NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(SegmentPlan { segment, values, nodes, groups, consts, input_values, output_values, block_lines, id })
+    }
+}
+
+/// Liveness-based block assignment for intermediates; returns each block's size in lines.
+/// A value a group reads from outside the group stays live until the group's last node, so a
+/// fused group never writes its output over an operand it still reads, and the same blocks
+/// serve the unfused run (where values inside a group die as their last reader runs).
+fn assign_blocks(nodes: &[NodePlan], groups: &[Group], values: &mut [ValuePlan]) -> Vec<usize> {
+    let mut last_use = vec![0usize; values.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for &v in &n.inputs {
+            last_use[v] = i;
         }
-        let mut block_lines: Vec<usize> = Vec::new();
-        let mut free: Vec<usize> = Vec::new();
-        for (i, n) in nodes.iter().enumerate() {
-            let o = n.output;
-            if values[o].loc == Loc::Unused {
-                let need = (values[o].max_numel * values[o].dt.size()).div_ceil(64).max(1);
-                // Best fit among free blocks; otherwise grow the largest free one or add a block.
-                let pick = free
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &b)| block_lines[b] >= need)
-                    .min_by_key(|(_, &b)| block_lines[b])
-                    .or_else(|| free.iter().enumerate().max_by_key(|(_, &b)| block_lines[b]))
-                    .map(|(k, _)| k);
-                let b = match pick {
-                    Some(k) => free.swap_remove(k),
-                    None => {
-                        block_lines.push(0);
-                        block_lines.len() - 1
-                    }
-                };
-                block_lines[b] = block_lines[b].max(need);
-                values[o].loc = Loc::Block(b);
-            }
-            let mut dead: Vec<usize> = n.inputs.iter().copied().chain([o]).filter(|&v| last_use[v] == i).collect();
-            dead.dedup();
-            for v in dead {
-                if let Loc::Block(b) = values[v].loc {
-                    if !free.contains(&b) {
-                        free.push(b);
-                    }
+        last_use[n.output] = last_use[n.output].max(i);
+    }
+    for g in groups {
+        let (first, last) = g.span();
+        for n in &nodes[first..=last] {
+            for &v in &n.inputs {
+                if !nodes[first..=last].iter().any(|m| m.output == v) {
+                    last_use[v] = last_use[v].max(last);
                 }
             }
         }
-        let id = NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(SegmentPlan { segment, values, nodes, consts, input_values, output_values, block_lines, id })
     }
+    let mut dies_at: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for n in nodes {
+        if !dies_at[last_use[n.output]].contains(&n.output) {
+            dies_at[last_use[n.output]].push(n.output);
+        }
+    }
+    let mut block_lines: Vec<usize> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let o = n.output;
+        if values[o].loc == Loc::Unused {
+            let need = (values[o].max_numel * values[o].dt.size()).div_ceil(64).max(1);
+            // Best fit among free blocks; otherwise grow the largest free one or add a block.
+            let pick = free
+                .iter()
+                .enumerate()
+                .filter(|(_, &b)| block_lines[b] >= need)
+                .min_by_key(|(_, &b)| block_lines[b])
+                .or_else(|| free.iter().enumerate().max_by_key(|(_, &b)| block_lines[b]))
+                .map(|(k, _)| k);
+            let b = match pick {
+                Some(k) => free.swap_remove(k),
+                None => {
+                    block_lines.push(0);
+                    block_lines.len() - 1
+                }
+            };
+            block_lines[b] = block_lines[b].max(need);
+            values[o].loc = Loc::Block(b);
+        }
+        for &v in &dies_at[i] {
+            if let Loc::Block(b) = values[v].loc {
+                if !free.contains(&b) {
+                    free.push(b);
+                }
+            }
+        }
+    }
+    block_lines
 }
 
 fn decode_constant(
@@ -551,13 +580,13 @@ fn check_types(
     Ok(())
 }
 
-fn checked_numel(s: &[usize]) -> Option<usize> {
+pub(super) fn checked_numel(s: &[usize]) -> Option<usize> {
     s.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }
 
 /// Output shape of a node for concrete input shapes, written into `s` (cleared first; the
 /// value's shape buffer of the previous run, so no allocation per node).
-fn infer_shape(
+pub(super) fn infer_shape(
     k: &Kernel,
     shapes: &[&[usize]],
     w_dims: Option<&[usize]>,
@@ -633,304 +662,4 @@ fn infer_shape(
         }
     }
     Ok(())
-}
-
-/// Mutable per-run state of a segment, reused across runs: intermediate blocks and the
-/// value shapes of the run in progress.
-#[derive(Debug, Default)]
-pub struct SegmentState {
-    blocks: Vec<Vec<Line>>,
-    shapes: Vec<Vec<usize>>,
-    /// The plan whose value dims `shapes` was last reset to (0: none).
-    plan: u64,
-}
-
-impl SegmentState {
-    /// Bytes of its intermediate blocks.
-    pub fn block_capacity_bytes(&self) -> usize {
-        self.blocks.iter().map(|b| b.capacity() * std::mem::size_of::<Line>()).sum()
-    }
-}
-
-/// Most inputs a node reads (a convolution or fully connected node with a bias); `compile`
-/// refuses more (`check_types`).
-const MAX_NODE_INPUTS: usize = 3;
-
-/// A bound segment input: typed data plus physical dims.
-pub struct BoundInput<'a> {
-    pub view: View<'a>,
-    pub dims: Vec<usize>,
-}
-
-/// A produced segment output: typed data and physical dims.
-pub struct SegmentOutput {
-    pub data: Owned,
-    pub dims: Vec<usize>,
-}
-
-impl SegmentPlan {
-    pub fn new_state(&self) -> SegmentState {
-        let mut state = SegmentState::default();
-        self.fit_state(&mut state);
-        state
-    }
-
-    /// Makes `state` (this plan's, or one left by another plan) hold a block of at least each
-    /// planned size and a shape per value. Blocks keep their capacity and stale contents: every
-    /// node writes its whole output before any node reads it (`compile` checks that values are
-    /// defined before they are read), so only growth is zero-filled.
-    ///
-    /// Shapes are reset to the values' bounds only for a state coming from another plan: in a
-    /// run every value's shape is written before it is read (inputs are bound first, node
-    /// outputs inferred in node order), except constants', which never change.
-    pub fn fit_state(&self, state: &mut SegmentState) {
-        state.blocks.resize_with(self.block_lines.len(), Vec::new);
-        for (b, &n) in state.blocks.iter_mut().zip(&self.block_lines) {
-            if b.len() < n {
-                b.resize(n, Line::default());
-            }
-        }
-        if state.plan != self.id || state.shapes.len() != self.values.len() {
-            state.shapes.resize_with(self.values.len(), Vec::new);
-            for (s, v) in state.shapes.iter_mut().zip(&self.values) {
-                s.clone_from(&v.dims);
-            }
-            state.plan = self.id;
-        }
-    }
-
-    /// Runs the segment. `step` labels errors.
-    pub fn run(
-        &self,
-        ctx: &Ctx,
-        state: &mut SegmentState,
-        scratch: &mut Scratch,
-        inputs: &[BoundInput],
-        step: usize,
-    ) -> Result<Vec<SegmentOutput>, RuntimeError> {
-        let shape_err = |what: String| RuntimeError::Shape { step, what };
-        if inputs.len() != self.input_values.len() {
-            return Err(RuntimeError::InvalidProgram(format!(
-                "segment {} got {} inputs, needs {}",
-                self.segment,
-                inputs.len(),
-                self.input_values.len()
-            )));
-        }
-        self.fit_state(state);
-        let SegmentState { blocks, shapes, .. } = state;
-        for (k, inp) in inputs.iter().enumerate() {
-            let v = &self.values[self.input_values[k]];
-            if inp.dims.len() != v.dims.len() || inp.dims.iter().zip(&v.dims).any(|(&a, &b)| a > b || a == 0) {
-                return Err(shape_err(format!("input {k} dims {:?} exceed the value's bounds {:?}", inp.dims, v.dims)));
-            }
-            if inp.view.len() != numel(&inp.dims) {
-                return Err(shape_err(format!("input {k} holds {} elements for dims {:?}", inp.view.len(), inp.dims)));
-            }
-            shapes[self.input_values[k]].clone_from(&inp.dims);
-        }
-        let mut outs: Vec<Option<Owned>> = self.output_values.iter().map(|_| None).collect();
-        for n in &self.nodes {
-            if n.inputs.len() > MAX_NODE_INPUTS || n.inputs.is_empty() {
-                return Err(shape_err(format!("node {} reads {} values", n.index, n.inputs.len())));
-            }
-            // The output's shape buffer, out of the table while the inputs' shapes are borrowed
-            // (a node never reads its own output: `compile` checks it).
-            let mut oshape = std::mem::take(&mut shapes[n.output]);
-            let mut in_shapes: [&[usize]; MAX_NODE_INPUTS] = [&[]; MAX_NODE_INPUTS];
-            for (d, &i) in in_shapes.iter_mut().zip(&n.inputs) {
-                *d = &shapes[i];
-            }
-            let in_shapes = &in_shapes[..n.inputs.len()];
-            let w_dims = n.inputs.get(1).map(|&i| shapes[i].as_slice());
-            let in_numel = numel(in_shapes[0]);
-            infer_shape(&n.kernel, in_shapes, w_dims, in_numel, &mut oshape)
-                .map_err(|e| shape_err(format!("node {} ({:?}): {e}", n.index, n.kernel)))?;
-            let ov = &self.values[n.output];
-            let on = checked_numel(&oshape).unwrap_or(usize::MAX);
-            if on > ov.max_numel {
-                return Err(shape_err(format!(
-                    "node {}: output {oshape:?} above the value's bounds {:?}",
-                    n.index, ov.dims
-                )));
-            }
-            // Take the destination out of its home so inputs can be borrowed alongside.
-            let mut taken_block: Option<(usize, Vec<Line>)> = None;
-            let mut taken_out: Option<(usize, Owned)> = None;
-            match ov.loc {
-                Loc::Block(b) => taken_block = Some((b, std::mem::take(&mut blocks[b]))),
-                Loc::Output(k) => taken_out = Some((k, Owned::zeros_par(ctx.pool, ov.dt, on))),
-                _ => return Err(RuntimeError::InvalidProgram(format!("node {} writes a read-only value", n.index))),
-            }
-            let result = {
-                let view_of = |vi: usize| -> View<'_> {
-                    let v = &self.values[vi];
-                    let cnt = numel(&shapes[vi]);
-                    match v.loc {
-                        Loc::Input(k) => inputs[k].view,
-                        Loc::Const(c) => self.consts[c].view(),
-                        Loc::Block(b) => block_view(&blocks[b], v.dt, cnt),
-                        Loc::Output(k) => outs[k].as_ref().map_or(View::F32(&[]), |o| o.view()),
-                        Loc::Unused => View::F32(&[]),
-                    }
-                };
-                let mut ins: [View; MAX_NODE_INPUTS] = [View::F32(&[]); MAX_NODE_INPUTS];
-                for (d, &i) in ins.iter_mut().zip(&n.inputs) {
-                    *d = view_of(i);
-                }
-                let ins = &ins[..n.inputs.len()];
-                let out: ViewMut = match (&mut taken_block, &mut taken_out) {
-                    (Some((_, b)), _) => block_view_mut(b, ov.dt, on),
-                    (_, Some((_, o))) => o.view_mut(),
-                    _ => unreachable!("destination taken above"),
-                };
-                self.exec(ctx, n, ins, in_shapes, out, &oshape, scratch)
-            };
-            if let Some((b, blk)) = taken_block {
-                blocks[b] = blk;
-            }
-            if let Some((k, o)) = taken_out {
-                outs[k] = Some(o);
-            }
-            result
-                .map_err(|e| RuntimeError::Shape { step, what: format!("node {} ({:?}): {e}", n.index, n.kernel) })?;
-            shapes[n.output] = oshape;
-        }
-        let mut res = Vec::with_capacity(outs.len());
-        for (k, o) in outs.into_iter().enumerate() {
-            let vi = self.output_values[k];
-            let data = o.ok_or_else(|| RuntimeError::InvalidProgram(format!("output {k} never written")))?;
-            res.push(SegmentOutput { data, dims: shapes[vi].clone() });
-        }
-        Ok(res)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn exec(
-        &self,
-        ctx: &Ctx,
-        n: &NodePlan,
-        ins: &[View],
-        in_shapes: &[&[usize]],
-        out: ViewMut,
-        oshape: &[usize],
-        scratch: &mut Scratch,
-    ) -> Result<(), String> {
-        let qpair =
-            || -> Option<(Quant, Quant)> { Some((self.values[n.inputs[0]].quant?, self.values[n.output].quant?)) };
-        let x_n = numel(in_shapes[0]);
-        let x = ins[0].prefix(x_n.min(ins[0].len()));
-        if x.len() != x_n {
-            return Err(format!("input holds {} elements for dims {:?}", x.len(), in_shapes[0]));
-        }
-        // Kernels without a fused output range get a clamp pass after them (XNNPACK appends a
-        // clamp node for GAP and static reduce with a finite range).
-        let post_clamp = matches!(
-            n.kernel,
-            Kernel::Convert
-                | Kernel::Gap { .. }
-                | Kernel::Mean { .. }
-                | Kernel::Transpose { .. }
-                | Kernel::Reshape { .. }
-        );
-        let (out, clamp_after) = match (n.act, post_clamp, out) {
-            (Some(r), true, ViewMut::F32(o)) => (ViewMut::F32(o), Some(r)),
-            (Some(_), true, _) => return Err("an output range on a non-fp32 reduction or copy".into()),
-            (_, _, o) => (o, None),
-        };
-        let mut out = out;
-        let out_re = match &mut out {
-            ViewMut::F32(o) => ViewMut::F32(o),
-            ViewMut::F16(o) => ViewMut::F16(o),
-            ViewMut::Bf16(o) => ViewMut::Bf16(o),
-            ViewMut::I8(o) => ViewMut::I8(o),
-            ViewMut::I32(o) => ViewMut::I32(o),
-        };
-        match &n.kernel {
-            Kernel::Binary(op) if matches!(out_re, ViewMut::I8(_)) => {
-                let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
-                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
-                let (qa, qb, qo) = (q(n.inputs[0])?, q(n.inputs[1])?, q(n.output)?);
-                match (x, b, out_re) {
-                    (View::I8(a), View::I8(b), ViewMut::I8(o)) => kernels::qs8::binary(
-                        ctx,
-                        *op,
-                        (a, qa),
-                        in_shapes[0],
-                        (b, qb),
-                        in_shapes[1],
-                        (o, qo),
-                        oshape,
-                        n.act,
-                        scratch,
-                    ),
-                    _ => Err("qs8 binary op on non-int8 operands".into()),
-                }
-            }
-            Kernel::Conv(g) if matches!(out_re, ViewMut::I8(_)) => {
-                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
-                let (qx, qw, qo) = (q(n.inputs[0])?, q(n.inputs[1])?, q(n.output)?);
-                let bias = match ins.get(2) {
-                    None => None,
-                    Some(View::I32(b)) => Some(*b),
-                    Some(_) => return Err("qs8 convolution bias must be int32".into()),
-                };
-                match (x, ins[1], out_re) {
-                    (View::I8(xv), View::I8(w), ViewMut::I8(o)) => {
-                        kernels::qs8::conv2d(ctx, g, (xv, qx), in_shapes[0], (w, qw), bias, (o, qo), oshape, n.act)
-                    }
-                    _ => Err("qs8 convolution on non-int8 operands".into()),
-                }
-            }
-            Kernel::Binary(op) => {
-                let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
-                kernels::elementwise::binary(ctx, *op, x, in_shapes[0], b, in_shapes[1], out_re, oshape, n.act, scratch)
-            }
-            Kernel::Unary(f) => kernels::elementwise::unary(ctx, *f, x, out_re, n.act, scratch),
-            Kernel::Convert => {
-                let q = self.values[n.inputs[0]].quant.or(self.values[n.output].quant);
-                kernels::convert::convert(ctx, x, out_re, q)
-            }
-            Kernel::Gap { .. } => kernels::gap::gap_nhwc(ctx, x, in_shapes[0], out_re, qpair(), scratch),
-            Kernel::Mean { axes, .. } => kernels::mean::mean(ctx, x, in_shapes[0], axes, out_re, qpair(), scratch),
-            Kernel::Transpose { perm } => kernels::transpose::transpose(ctx, x, in_shapes[0], perm, out_re),
-            Kernel::Reshape { .. } => kernels::copy(x, out_re),
-            Kernel::Conv(g) => kernels::conv::conv2d(
-                ctx,
-                g,
-                x,
-                in_shapes[0],
-                ins[1],
-                n.packed.as_deref(),
-                ins.get(2).copied(),
-                out_re,
-                oshape,
-                n.act,
-                scratch,
-            ),
-            Kernel::FullyConnected { transpose_weights } => {
-                let w = in_shapes[1];
-                let (nn, k) = if *transpose_weights { (w[1], w[0]) } else { (w[0], w[1]) };
-                let m = x_n / k.max(1);
-                let b = ins.get(2).copied();
-                kernels::linear::fully_connected(
-                    ctx,
-                    x,
-                    m,
-                    k,
-                    ins[1],
-                    nn,
-                    *transpose_weights,
-                    b,
-                    out_re,
-                    n.act,
-                    scratch,
-                )
-            }
-        }?;
-        if let (Some((lo, hi)), ViewMut::F32(o)) = (clamp_after, out) {
-            kernels::elementwise::clamp_f32(ctx, o, lo, hi);
-        }
-        Ok(())
-    }
 }

@@ -1,8 +1,14 @@
 //! A loaded program: delegate segments (serialized, loaded back, planned) and portable ops,
 //! run in order over program-level slots.
+//!
+//! Two ways to run it: [`Program::run`] takes input tensors and returns fresh output tensors
+//! (checked, allocated per call); [`Program::bind`] binds inputs and outputs once and
+//! [`Bound::invoke`] reruns the program on them with no allocation and no re-check, as
+//! XNNPACK's setup/invoke split does. Both execute the same steps on the same kernels.
 
+use super::exec::{SegInput, SegmentState};
 use super::kernels::{portable, Ctx, Scratch, View};
-use super::plan::{BoundInput, Owned, SegmentPlan, SegmentState};
+use super::plan::{Owned, SegmentPlan};
 use super::pool::Pool;
 use super::simd::Isa;
 use super::{force_scalar, resolve_simd_with, RunOptions, RuntimeError, SimdLevel};
@@ -10,7 +16,6 @@ use crate::program::{LoweredProgram, PortableOp, SlotId, Step};
 use crate::serialize::{self, LoadLimits};
 use crate::xnn::XnnGraph;
 use reference::{ElemType, GraphErrorKind, MemoryFormat, Tensor, TensorData, TensorSpec};
-use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 enum ExecStep {
@@ -18,10 +23,35 @@ enum ExecStep {
     Portable(PortableOp),
 }
 
+/// Where a slot's tensor is during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Home {
+    /// The `k`-th program input.
+    Input(usize),
+    /// The `k`-th constant.
+    Const(usize),
+    /// Written by a step, into the run state's `k`-th written tensor.
+    Written(usize),
+    /// Never read or written.
+    None,
+}
+
+/// Run-time buffers of a program, reused from run to run: segment states (intermediate
+/// blocks, shapes), scratch, and the tensors of slots written by steps.
 #[derive(Default)]
-struct RunState {
+pub(super) struct RunState {
     segments: Vec<SegmentState>,
     scratch: Scratch,
+    /// The tensor of each written slot. A run writes every one before reading it; the
+    /// buffers stay for the next run (a program output's is moved out by `Program::run`).
+    written: Vec<Option<Tensor>>,
+    /// The run in which each written tensor was last written (`run` below): a step reading
+    /// one not written in this run is refused, never served last run's data.
+    written_in: Vec<u64>,
+    run: u64,
+    /// Per delegate step: its inputs' dims as handed to the segment, and its output buffers.
+    seg_dims: Vec<Vec<Vec<usize>>>,
+    seg_outs: Vec<Vec<Owned>>,
 }
 
 /// Run-time buffers kept for the next configuration of the same loaded program (see
@@ -45,7 +75,8 @@ impl RunState {
     fn bytes(&self) -> usize {
         let blocks: usize = self.segments.iter().map(|s| s.block_capacity_bytes()).sum();
         let Scratch { a, b, c } = &self.scratch;
-        blocks + 4 * (a.capacity() + b.capacity() + c.capacity())
+        let written: usize = self.written.iter().flatten().map(|t| t.data.len() * t.dtype().size_bytes()).sum();
+        blocks + 4 * (a.capacity() + b.capacity() + c.capacity()) + written
     }
 
     /// Parks the state for the next program on this thread (or drops it: too large, the pool
@@ -80,8 +111,12 @@ struct Loaded {
     /// What the loader returned for each payload (kept so a caller can check that
     /// re-serializing it gives the payload back without loading a second time).
     loaded: Vec<XnnGraph>,
-    /// Per slot: index of the last step reading it (`usize::MAX` for program outputs).
-    last_use: Vec<usize>,
+    /// Per slot: where its tensor is during a run.
+    homes: Vec<Home>,
+    /// Slots written by steps.
+    n_written: usize,
+    /// Per slot: the order its logical dims are handed to a segment in (`handoff_order`).
+    orders: Vec<Vec<usize>>,
     /// Run-time buffers (intermediate blocks, scratch) of dropped configurations: the next
     /// `reconfigure` takes one instead of allocating and zeroing its own (the harness runs
     /// each program in several configurations, one after the other).
@@ -140,12 +175,34 @@ fn dim_order(format: MemoryFormat, rank: usize) -> Vec<usize> {
     }
 }
 
+/// `0..n` for the ranks a segment value can have (at most 6).
+const IDENTITY: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+
 fn view_of(t: &Tensor) -> View<'_> {
     match &t.data {
         TensorData::F32(v) => View::F32(v),
         TensorData::F16(v) => View::F16(v),
         TensorData::Bf16(v) => View::Bf16(v),
         TensorData::Qs8(v) => View::I8(v),
+    }
+}
+
+/// A tensor's buffer as a segment output buffer (no copy).
+fn owned_of(data: TensorData) -> Owned {
+    match data {
+        TensorData::F32(v) => Owned::F32(v),
+        TensorData::F16(v) => Owned::F16(v),
+        TensorData::Bf16(v) => Owned::Bf16(v),
+        TensorData::Qs8(v) => Owned::I8(v),
+    }
+}
+
+/// Maps a checked input's error to the runtime's typed input errors.
+pub(super) fn input_error(index: usize, kind: GraphErrorKind) -> RuntimeError {
+    match kind {
+        GraphErrorKind::DtypeMismatch { expected, found } => RuntimeError::InputDtype { index, expected, found },
+        GraphErrorKind::FormatMismatch { expected, found } => RuntimeError::InputFormat { index, expected, found },
+        kind => RuntimeError::BadInput { index, kind },
     }
 }
 
@@ -156,17 +213,8 @@ impl Drop for Program {
     /// nothing to hand over.
     fn drop(&mut self) {
         if let Ok(state) = self.state.get_mut() {
-            if state.segments.is_empty() {
-                return;
-            }
             let state = std::mem::take(state);
-            let mut spare = self.l.spare.lock().unwrap_or_else(|e| e.into_inner());
-            if spare.len() < MAX_SPARE_STATES {
-                spare.push(state);
-            } else {
-                drop(spare);
-                state.park_on_thread();
-            }
+            self.give_back(state);
         }
     }
 }
@@ -183,17 +231,20 @@ impl Drop for Loaded {
 
 impl Program {
     /// Serializes every delegate segment, loads it back through the loader, and plans what the
-    /// loader returned. Starts the pool (`opts.threads - 1` workers).
+    /// loader returned. Runs on the process's shared pool for `opts.threads` and `opts.policy`
+    /// (`Pool::shared`; ExecuTorch also runs every delegate on one threadpool).
     pub fn new(lowered: &LoweredProgram, opts: &RunOptions) -> Result<Program, RuntimeError> {
-        let pool = Pool::new(opts.threads.max(1), opts.policy).map_err(|e| RuntimeError::Pool(e.to_string()))?;
-        Program::with_pool(lowered, opts.simd, Arc::new(pool))
+        let pool = Pool::shared(opts.threads.max(1), opts.policy).map_err(|e| RuntimeError::Pool(e.to_string()))?;
+        let mut p = Program::with_pool(lowered, opts.simd, pool)?;
+        p.opts.fuse = opts.fuse;
+        Ok(p)
     }
 
     /// As [`Program::new`], on a pool shared with other programs (as ExecuTorch shares one
     /// threadpool among its delegates): thread count and policy are the pool's. Operators of
     /// programs sharing a pool take turns on it.
     pub fn with_pool(lowered: &LoweredProgram, simd: SimdLevel, pool: Arc<Pool>) -> Result<Program, RuntimeError> {
-        let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd };
+        let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd, ..RunOptions::default() };
         let force_scalar = force_scalar();
         let isa = resolve_simd_with(opts.simd, force_scalar)?;
         let nslots = lowered.slots.len();
@@ -207,12 +258,28 @@ impl Program {
         for &s in lowered.inputs.iter().chain(&lowered.outputs) {
             check_slot(s, "program input/output")?;
         }
-        for (s, t) in &lowered.constants {
+        let mut homes = vec![Home::None; nslots];
+        for (k, &s) in lowered.inputs.iter().enumerate() {
+            homes[s] = Home::Input(k);
+        }
+        for (c, (s, t)) in lowered.constants.iter().enumerate() {
             check_slot(*s, "constant")?;
             lowered.slots[*s]
                 .check_tensor(t)
                 .map_err(|e| RuntimeError::InvalidProgram(format!("constant slot {s}: {e}")))?;
+            homes[*s] = Home::Const(c);
         }
+        let mut n_written = 0;
+        let mut write = |s: SlotId, i: usize, reads: &[SlotId]| {
+            if homes[s] != Home::None || reads.contains(&s) {
+                return Err(RuntimeError::InvalidProgram(format!(
+                    "step {i} writes slot {s}, which is an input, a constant, read by the step or written before"
+                )));
+            }
+            homes[s] = Home::Written(n_written);
+            n_written += 1;
+            Ok(())
+        };
         let mut steps = Vec::with_capacity(lowered.steps.len());
         let mut payloads = Vec::new();
         let mut loaded_graphs = Vec::new();
@@ -221,6 +288,9 @@ impl Program {
                 Step::Delegate(seg) => {
                     for &s in seg.inputs.iter().chain(&seg.outputs) {
                         check_slot(s, "segment")?;
+                    }
+                    for &s in &seg.outputs {
+                        write(s, i, &seg.inputs)?;
                     }
                     let segment = payloads.len();
                     let bytes = serialize::write(&seg.graph);
@@ -252,23 +322,12 @@ impl Program {
                     for &s in p.inputs.iter().chain([&p.output]) {
                         check_slot(s, "portable op")?;
                     }
+                    write(p.output, i, &p.inputs)?;
                     steps.push(ExecStep::Portable(p.clone()));
                 }
             }
         }
-        let mut last_use = vec![0usize; nslots];
-        for (i, st) in steps.iter().enumerate() {
-            let reads: &[SlotId] = match st {
-                ExecStep::Delegate { inputs, .. } => inputs,
-                ExecStep::Portable(p) => &p.inputs,
-            };
-            for &s in reads {
-                last_use[s] = i;
-            }
-        }
-        for &s in &lowered.outputs {
-            last_use[s] = usize::MAX;
-        }
+        let orders = lowered.slots.iter().map(|spec| handoff_order(spec, spec.rank())).collect();
         let l = Loaded {
             slots: lowered.slots.clone(),
             constants: lowered.constants.clone(),
@@ -277,7 +336,9 @@ impl Program {
             steps,
             payloads,
             loaded: loaded_graphs,
-            last_use,
+            homes,
+            n_written,
+            orders,
             spare: Mutex::new(Vec::new()),
             force_scalar,
         };
@@ -294,10 +355,17 @@ impl Program {
 
     /// The same loaded program at another SIMD level and pool, without serializing, loading
     /// and planning again (the plans are shared; run-time buffers are not). The
-    /// `DELEGATE_FORCE_SCALAR` override is the one read when the program was prepared.
+    /// `DELEGATE_FORCE_SCALAR` override is the one read when the program was prepared; fusion
+    /// is this program's setting.
     pub fn reconfigure(&self, simd: SimdLevel, pool: Arc<Pool>) -> Result<Program, RuntimeError> {
-        let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd };
+        let opts = RunOptions { threads: pool.threads(), policy: pool.policy(), simd, fuse: self.opts.fuse };
         Ok(Program::assemble(self.l.clone(), resolve_simd_with(simd, self.l.force_scalar)?, opts, pool))
+    }
+
+    /// Turns plan-time fusion (`RunOptions::fuse`) on or off: the outputs are the same bits
+    /// either way, only the number of passes over memory differs.
+    pub fn set_fusion(&mut self, fuse: bool) {
+        self.opts.fuse = fuse;
     }
 
     /// The serialized payload of each delegate segment, in program order.
@@ -323,122 +391,209 @@ impl Program {
         self.opts
     }
 
-    /// Runs the program on `inputs` (in graph-input order, each in its slot's memory format).
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+    /// Checks `inputs` against the program's input slots (count, then each tensor).
+    pub(super) fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), RuntimeError> {
         if inputs.len() != self.l.inputs.len() {
             return Err(RuntimeError::InputCount { expected: self.l.inputs.len(), found: inputs.len() });
         }
         for (index, (t, &s)) in inputs.iter().zip(&self.l.inputs).enumerate() {
-            self.l.slots[s].check_tensor(t).map_err(|kind| match kind {
-                GraphErrorKind::DtypeMismatch { expected, found } => {
-                    RuntimeError::InputDtype { index, expected, found }
-                }
-                GraphErrorKind::FormatMismatch { expected, found } => {
-                    RuntimeError::InputFormat { index, expected, found }
-                }
-                kind => RuntimeError::BadInput { index, kind },
-            })?;
+            self.l.slots[s].check_tensor(t).map_err(|kind| input_error(index, kind))?;
         }
-        let mut slots: Vec<Option<Cow<Tensor>>> = (0..self.l.slots.len()).map(|_| None).collect();
-        for (t, &s) in inputs.iter().zip(&self.l.inputs) {
-            slots[s] = Some(Cow::Borrowed(t));
+        Ok(())
+    }
+
+    /// Checks one input against its slot.
+    pub(super) fn check_input(&self, index: usize, t: &Tensor) -> Result<(), RuntimeError> {
+        self.l.slots[self.l.inputs[index]].check_tensor(t).map_err(|kind| input_error(index, kind))
+    }
+
+    /// Checks input `index` after its data may have changed in place: only type and length
+    /// can have (a bound input's shape, format and quantization are the bound tensor's).
+    pub(super) fn recheck_input(&self, index: usize, t: &Tensor) -> Result<(), RuntimeError> {
+        let spec = &self.l.slots[self.l.inputs[index]];
+        if t.dtype() == spec.dtype && t.data.len() == t.numel() {
+            return Ok(());
         }
-        for (s, t) in &self.l.constants {
-            slots[*s] = Some(Cow::Borrowed(t));
-        }
+        spec.check_tensor(t).map_err(|kind| input_error(index, kind))
+    }
+
+    /// Runs the program on `inputs` (in graph-input order, each in its slot's memory format).
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.check_inputs(inputs)?;
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if guard.segments.is_empty() {
             // First run of a fresh configuration: a dropped program's buffers, if this thread
-            // has some (`SegmentPlan::run` fits each segment's state to its plan).
+            // has some (`SegmentPlan::run_into` fits each segment's state to its plan).
             if let Some(parked) = RunState::from_thread() {
                 *guard = parked;
             }
         }
-        let RunState { segments, scratch } = &mut *guard;
-        segments.resize_with(self.l.payloads.len(), SegmentState::default);
+        let state = &mut *guard;
+        // Outputs are returned, so each run writes them into fresh buffers.
+        for &s in &self.l.outputs {
+            if let Home::Written(w) = self.l.homes[s] {
+                state.written.get_mut(w).map(Option::take);
+            }
+        }
+        self.execute(state, inputs)?;
+        self.collect_outputs(state, inputs)
+    }
+
+    /// The program's outputs after a run, moved out of `state` (copied where a slot is also an
+    /// input or a constant, or repeats as a later output).
+    fn collect_outputs(&self, state: &mut RunState, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        let mut res = Vec::with_capacity(self.l.outputs.len());
+        for (k, &s) in self.l.outputs.iter().enumerate() {
+            let t = match self.l.homes[s] {
+                Home::Input(i) => inputs.get(i).cloned(),
+                Home::Const(c) => Some(self.l.constants[c].1.clone()),
+                Home::Written(w) if self.l.outputs[k + 1..].contains(&s) => state.written[w].clone(),
+                Home::Written(w) => state.written[w].take(),
+                Home::None => None,
+            };
+            res.push(t.ok_or_else(|| RuntimeError::InvalidProgram(format!("output slot {s} never written")))?);
+        }
+        Ok(res)
+    }
+
+    /// Makes `state` hold this program's shape of buffers (a fresh or parked state).
+    fn fit(&self, state: &mut RunState) {
+        let n_seg = self.l.payloads.len();
+        state.segments.resize_with(n_seg, SegmentState::default);
+        state.seg_dims.resize_with(n_seg, Vec::new);
+        state.seg_outs.resize_with(n_seg, Vec::new);
+        if state.written.len() != self.l.n_written {
+            state.written.clear();
+            state.written.resize_with(self.l.n_written, || None);
+            state.written_in.clear();
+            state.written_in.resize(self.l.n_written, 0);
+        }
+    }
+
+    /// Runs every step on `inputs` (checked), writing every written slot's tensor in `state`.
+    pub(super) fn execute(&self, state: &mut RunState, inputs: &[Tensor]) -> Result<(), RuntimeError> {
+        self.fit(state);
+        state.run += 1;
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
+        let RunState { segments, scratch, written, written_in, run, seg_dims, seg_outs } = state;
+        let run = *run;
         let mut seg_i = 0;
         for (i, st) in self.l.steps.iter().enumerate() {
             let missing =
                 |s: SlotId| RuntimeError::InvalidProgram(format!("step {i} reads slot {s} before it is written"));
             match st {
-                ExecStep::Delegate { plan, inputs, outputs } => {
-                    let mut bound = Vec::with_capacity(inputs.len());
-                    for (&s, &vi) in inputs.iter().zip(&plan.input_values) {
-                        let t: &Tensor = slots[s].as_deref().ok_or_else(|| missing(s))?;
-                        let ord = handoff_order(&self.l.slots[s], t.rank());
-                        let mut dims: Vec<usize> = ord.iter().map(|&d| t.shape[d]).collect();
-                        // ExecuTorch serializes a 0-D value as [1] (and `new` accepted only
-                        // rank changes between static values of equal size): bind the value's dims.
+                ExecStep::Delegate { plan, inputs: ins, outputs: outs } => {
+                    // Output buffers first: the last run's tensors (the step never reads them).
+                    let bufs = &mut seg_outs[seg_i];
+                    bufs.clear();
+                    for &s in outs {
+                        let Home::Written(w) = self.l.homes[s] else { unreachable!("`with_pool` checked") };
+                        let data =
+                            written[w].as_mut().map(|t| std::mem::replace(&mut t.data, TensorData::F32(Vec::new())));
+                        bufs.push(data.map_or(Owned::F32(Vec::new()), owned_of));
+                    }
+                    let dims = &mut seg_dims[seg_i];
+                    dims.resize_with(ins.len(), Vec::new);
+                    for (k, (&s, &vi)) in ins.iter().zip(&plan.input_values).enumerate() {
+                        let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
+                        let d = &mut dims[k];
+                        d.clear();
                         let v = &plan.values[vi];
-                        if dims.len() != v.dims.len() && t.numel() == v.max_numel && !self.l.slots[s].is_dynamic() {
-                            dims = v.dims.clone();
+                        let spec = &self.l.slots[s];
+                        // ExecuTorch serializes a 0-D value as [1] (and `with_pool` accepted only
+                        // rank changes between static values of equal size): bind the value's dims.
+                        if t.rank() != v.dims.len() && t.numel() == v.max_numel && !spec.is_dynamic() {
+                            d.extend_from_slice(&v.dims);
+                        } else {
+                            let ord = &self.l.orders[s];
+                            let ord = if ord.len() == t.rank() { ord.as_slice() } else { &IDENTITY[..t.rank().min(8)] };
+                            d.extend(ord.iter().map(|&o| t.shape[o]));
                         }
-                        bound.push(BoundInput { view: view_of(t), dims });
                     }
-                    let outs = plan.run(&ctx, &mut segments[seg_i], scratch, &bound, i)?;
+                    // On the stack for the usual few inputs (no allocation per run).
+                    const FEW: usize = 4;
+                    let mut few = [SegInput { view: View::F32(&[]), dims: &[] }; FEW];
+                    let mut many = Vec::new();
+                    for (k, &s) in ins.iter().enumerate() {
+                        let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
+                        let b = SegInput { view: view_of(t), dims: &dims[k] };
+                        match few.get_mut(k) {
+                            Some(f) if ins.len() <= FEW => *f = b,
+                            _ => many.push(b),
+                        }
+                    }
+                    let seg_inputs = if ins.len() <= FEW { &few[..ins.len()] } else { &many[..] };
+                    plan.run_into(&ctx, &mut segments[seg_i], scratch, seg_inputs, bufs, i, self.opts.fuse)?;
+                    for (k, &s) in outs.iter().enumerate() {
+                        let Home::Written(w) = self.l.homes[s] else { unreachable!("`with_pool` checked") };
+                        let data = std::mem::replace(&mut bufs[k], Owned::F32(Vec::new()));
+                        self.settle(&ctx, i, s, data, plan.output_dims(&segments[seg_i], k), &mut written[w])?;
+                        written_in[w] = run;
+                    }
                     seg_i += 1;
-                    drop(bound);
-                    for (o, &s) in outs.into_iter().zip(outputs) {
-                        let t = self.to_tensor(&ctx, i, s, o.data, &o.dims)?;
-                        slots[s] = Some(Cow::Owned(t));
-                    }
                 }
                 ExecStep::Portable(p) => {
                     let ins: Vec<&Tensor> = p
                         .inputs
                         .iter()
-                        .map(|&s| slots[s].as_deref().ok_or_else(|| missing(s)))
+                        .map(|&s| self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s)))
                         .collect::<Result<_, _>>()?;
                     let t = portable::run(&p.op, &ins, &self.l.slots[p.output])
                         .map_err(|what| RuntimeError::Shape { step: i, what })?;
-                    slots[p.output] = Some(Cow::Owned(t));
-                }
-            }
-            // Free hand-offs nobody reads any more.
-            for (s, slot) in slots.iter_mut().enumerate() {
-                if self.l.last_use[s] == i {
-                    *slot = None;
+                    let Home::Written(w) = self.l.homes[p.output] else { unreachable!("`with_pool` checked") };
+                    written[w] = Some(t);
+                    written_in[w] = run;
                 }
             }
         }
-        drop(guard);
-        let mut res = Vec::with_capacity(self.l.outputs.len());
-        for (k, &s) in self.l.outputs.iter().enumerate() {
-            let missing = || RuntimeError::InvalidProgram(format!("output slot {s} never written"));
-            // Move the tensor out unless a later output repeats the slot (then copy).
-            let t = if self.l.outputs[k + 1..].contains(&s) {
-                slots[s].as_ref().ok_or_else(missing)?.clone().into_owned()
-            } else {
-                slots[s].take().ok_or_else(missing)?.into_owned()
-            };
-            res.push(t);
-        }
-        Ok(res)
+        Ok(())
     }
 
-    /// A segment output (dims as the segment produced them) as a tensor of slot `s` (logical
-    /// shape, slot format). ExecuTorch hands XNNPACK dims in the tensor's dim order, so the dims
-    /// are normally physical; the layout pass may also produce an NCHW value for a slot tagged
-    /// channels_last (harmless in ExecuTorch when H = W = 1, where both orders share bytes):
-    /// such data is logical row-major and is laid out in the slot's format here.
-    fn to_tensor(
+    /// Slot `s`'s tensor in the run in progress, if it has one.
+    fn slot<'a>(
+        &'a self,
+        s: SlotId,
+        inputs: &'a [Tensor],
+        written: &'a [Option<Tensor>],
+        written_in: &[u64],
+        run: u64,
+    ) -> Option<&'a Tensor> {
+        match self.l.homes[s] {
+            Home::Input(k) => inputs.get(k),
+            Home::Const(c) => Some(&self.l.constants[c].1),
+            Home::Written(w) if written_in[w] == run => written[w].as_ref(),
+            Home::Written(_) | Home::None => None,
+        }
+    }
+
+    /// Makes segment output `data` (dims as the segment produced them) the tensor of slot `s`
+    /// in `dest` (logical shape, slot format), reusing `dest`'s shape buffer. ExecuTorch hands
+    /// XNNPACK dims in the tensor's dim order, so the dims are normally physical; the layout
+    /// pass may also produce an NCHW value for a slot tagged channels_last (harmless in
+    /// ExecuTorch when H = W = 1, where both orders share bytes): such data is logical
+    /// row-major and is laid out in the slot's format here.
+    fn settle(
         &self,
         ctx: &Ctx,
         step: usize,
         s: SlotId,
         mut data: Owned,
         dims: &[usize],
-    ) -> Result<Tensor, RuntimeError> {
+        dest: &mut Option<Tensor>,
+    ) -> Result<(), RuntimeError> {
         let spec = &self.l.slots[s];
         let err = |what: String| RuntimeError::Shape { step, what };
-        let ord = handoff_order(spec, dims.len());
-        let mut as_physical = vec![0; dims.len()];
+        let mut shape = dest.take().map(|t| t.shape).unwrap_or_default();
+        let ord = &self.l.orders[s];
+        let ord = if ord.len() == dims.len() { ord.as_slice() } else { &IDENTITY[..dims.len().min(8)] };
+        shape.clear();
+        shape.resize(dims.len(), 0);
         for (pos, &d) in ord.iter().enumerate() {
-            as_physical[d] = dims[pos];
+            shape[d] = dims[pos];
         }
-        let shape: Vec<usize> = if dims.len() == spec.rank() && spec.check_shape(&as_physical).is_ok() {
-            as_physical
+        let physical = dims.len() == spec.rank() && spec.check_shape(&shape).is_ok();
+        if physical {
+            // Physical dims: the data is already in the slot's layout.
         } else if dims.len() == spec.rank() && spec.check_shape(dims).is_ok() {
             // Logical row-major data: lay it out in the slot's format.
             let fmt_ord = dim_order(spec.format, dims.len());
@@ -449,14 +604,16 @@ impl Program {
                     .map_err(|e| err(format!("slot {s}: {e}")))?;
                 data = moved;
             }
-            dims.to_vec()
+            shape.copy_from_slice(dims);
         } else if !spec.is_dynamic() && dims.iter().product::<usize>() == spec.max_numel() {
             // XNNPACK declares a 0-D value as [1]; the slot keeps the graph's rank.
-            spec.max_shape()
+            shape = spec.max_shape();
         } else {
             return Err(err(format!("slot {s}: segment produced dims {dims:?} for shape {:?}", spec.max_shape())));
-        };
-        spec.check_shape(&shape).map_err(|e| err(format!("slot {s}: {e}")))?;
+        }
+        if !physical {
+            spec.check_shape(&shape).map_err(|e| err(format!("slot {s}: {e}")))?;
+        }
         let data = match (data, spec.dtype) {
             (Owned::F32(v), ElemType::F32) => TensorData::F32(v),
             (Owned::F16(v), ElemType::F16) => TensorData::F16(v),
@@ -464,81 +621,60 @@ impl Program {
             (Owned::I8(v), ElemType::Qs8) => TensorData::Qs8(v),
             (_, d) => return Err(err(format!("slot {s}: segment output type differs from {d}"))),
         };
-        Ok(Tensor { shape, format: spec.format, quant: spec.quant, data })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::ThreadPolicy;
-    use crate::{lower, LoweringMode};
-    use reference::graph::GraphBuilder;
-
-    #[test]
-    fn a_dropped_configuration_hands_its_buffers_to_the_next() {
-        let g = GraphBuilder::new();
-        let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
-        let y = g.mean(g.square(x), &[2], true);
-        let graph = g.finish(&[y]).unwrap();
-        let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
-        let p = Program::new(&lowered, &RunOptions::default()).unwrap();
-        let x = Tensor::f32(&[2, 3, 4], (0..24).map(|i| i as f32 * 0.25 - 3.0).collect());
-        let want = p.run(std::slice::from_ref(&x)).unwrap();
-        let spare = || p.l.spare.lock().unwrap().len();
-        let pool = Arc::new(Pool::new(2, ThreadPolicy::PerOutputTasks).unwrap());
-        // A configuration never run allocates nothing and parks nothing.
-        drop(p.reconfigure(SimdLevel::Auto, pool.clone()).unwrap());
-        assert_eq!(spare(), 0);
-        let q = p.reconfigure(SimdLevel::Auto, pool.clone()).unwrap();
-        assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
-        drop(q);
-        assert_eq!(spare(), 1);
-        // The next configuration takes those buffers (blocks holding the last run's values).
-        let r = p.reconfigure(SimdLevel::Auto, pool).unwrap();
-        assert_eq!(spare(), 0);
-        assert_eq!(r.run(std::slice::from_ref(&x)).unwrap(), want);
+        *dest = Some(Tensor { shape, format: spec.format, quant: spec.quant, data });
+        Ok(())
     }
 
-    #[test]
-    fn a_dropped_program_hands_its_buffers_to_the_next_one_on_its_thread() {
-        // Two programs with intermediate blocks: the second runs on the first's stale blocks.
-        let square_mean = || {
-            let g = GraphBuilder::new();
-            let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
-            let y = g.mean(g.square(x), &[2], true);
-            g.finish(&[y]).unwrap()
-        };
-        let mul_add = || {
-            let g = GraphBuilder::new();
-            let x = g.input("x", TensorSpec::f32(&[2, 3, 4]));
-            let y = g.add(g.mul(x, x), g.square(x));
-            let m = g.mean(y, &[1], false);
-            g.finish(&[m]).unwrap()
-        };
-        let x = Tensor::f32(&[2, 3, 4], (0..24).map(|i| i as f32 * 0.5 - 5.0).collect());
-        let run_fresh = |graph: reference::Graph, x: Tensor| {
-            // On a thread of its own: no parked buffers there.
-            std::thread::spawn(move || {
-                let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
-                Program::new(&lowered, &RunOptions::default()).unwrap().run(&[x]).unwrap()
-            })
-            .join()
-            .unwrap()
-        };
-        let want = run_fresh(mul_add(), x.clone());
-        let parked = || THREAD_STATES.with(|p| p.borrow().len());
-        assert_eq!(parked(), 0);
-        let first = lower(&square_mean(), LoweringMode::StaticMean).unwrap();
-        let p = Program::new(&first, &RunOptions::default()).unwrap();
-        p.run(std::slice::from_ref(&x)).unwrap();
-        drop(p);
-        assert_eq!(parked(), 1);
-        let second = lower(&mul_add(), LoweringMode::StaticMean).unwrap();
-        let q = Program::new(&second, &RunOptions::default()).unwrap();
-        assert_eq!(parked(), 1, "a program takes parked buffers at its first run, not before");
-        assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
-        assert_eq!(parked(), 0);
-        assert_eq!(q.run(std::slice::from_ref(&x)).unwrap(), want);
+    /// A run state for a bound program: a dropped configuration's, a parked one, or new.
+    pub(super) fn take_state(&self) -> RunState {
+        let spare = self.l.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        spare.or_else(RunState::from_thread).unwrap_or_default()
+    }
+
+    /// Hands a run state to the next configuration of the same loaded program (or, when it
+    /// has enough, to the next program on this thread). One never run holds nothing.
+    pub(super) fn give_back(&self, state: RunState) {
+        if state.segments.is_empty() {
+            return;
+        }
+        let mut spare = self.l.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < MAX_SPARE_STATES {
+            spare.push(state);
+        } else {
+            drop(spare);
+            state.park_on_thread();
+        }
+    }
+
+    /// Program output `k`'s written slot, if its tensor is written by a step (not an input
+    /// or a constant) and no earlier output is the same slot.
+    pub(super) fn written_output(&self, k: usize) -> Option<usize> {
+        let s = self.l.outputs[k];
+        match self.l.homes[s] {
+            Home::Written(w) if !self.l.outputs[..k].contains(&s) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The tensor of written slot `w` in `state`, moved in or out around a bound run.
+    pub(super) fn written_slot(state: &mut RunState, w: usize) -> &mut Option<Tensor> {
+        &mut state.written[w]
+    }
+
+    /// Output `k` after a bound run where it is not a written slot's first occurrence: a copy
+    /// of the input, constant or earlier output it is (`outputs` holds the earlier outputs).
+    pub(super) fn outputs_of_slot(&self, inputs: &[Tensor], outputs: &[Tensor], k: usize) -> Option<Tensor> {
+        let s = self.l.outputs[k];
+        match self.l.homes[s] {
+            Home::Input(i) => inputs.get(i).cloned(),
+            Home::Const(c) => Some(self.l.constants[c].1.clone()),
+            Home::Written(_) => self.l.outputs[..k].iter().position(|&o| o == s).map(|j| outputs[j].clone()),
+            Home::None => None,
+        }
+    }
+
+    /// Program outputs after a bound run, as [`Program::run`] returns them.
+    pub(super) fn outputs_of(&self, state: &mut RunState, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.collect_outputs(state, inputs)
     }
 }

@@ -13,7 +13,7 @@
 use super::convert::{from_f32, to_f32};
 use super::{sized_for_overwrite, strides, Ctx, Quant, Scratch, View, ViewMut};
 use crate::runtime::pool::INLINE_BYTES;
-use crate::runtime::simd::{self, Rows};
+use crate::runtime::simd::{self, Rows, Term};
 use crate::runtime::ThreadPolicy;
 
 #[cfg(feature = "mutants")]
@@ -65,13 +65,38 @@ fn scale_of(n: usize) -> f32 {
 
 /// Mean of fp32 `x` with physical `shape` over `axes` into `out` (one value per kept position).
 pub fn mean_f32(ctx: &Ctx, x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) -> Result<(), String> {
-    let r = normalize(shape, axes);
-    check_sizes(&r, x.len(), out.len())?;
+    mean_f32_planned(ctx, x, &MeanPlan::new(shape, axes), Term::Value, out)
+}
+
+/// A mean's geometry for one input shape: normalized once when the shape is known (a plan
+/// reuses it for every run on that shape), not at every call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeanPlan {
+    pub r: Reduction,
+    st: [usize; 6],
+}
+
+impl MeanPlan {
+    pub fn new(shape: &[usize], axes: &[usize]) -> MeanPlan {
+        let r = normalize(shape, axes);
+        let mut st = [1usize; 6];
+        for i in (0..5).rev() {
+            st[i] = st[i + 1] * r.shape[i + 1];
+        }
+        MeanPlan { r, st }
+    }
+}
+
+/// [`mean_f32`] on a planned geometry; `t` is what each element adds: itself, or its square
+/// (a fused `mean(x * x)`, bit-identical to the mean of the square kernel's output).
+pub fn mean_f32_planned(ctx: &Ctx, x: &[f32], p: &MeanPlan, t: Term, out: &mut [f32]) -> Result<(), String> {
+    let r = &p.r;
+    check_sizes(r, x.len(), out.len())?;
     let scale = scale_of(r.n);
     if r.contiguous {
-        contiguous_f32(ctx, x, &r, scale, out);
+        contiguous_f32(ctx, x, r, &p.st, scale, t, out);
     } else {
-        discontiguous_f32(ctx, x, &r, scale, out);
+        discontiguous_f32(ctx, x, r, &p.st, scale, t, out);
     }
     Ok(())
 }
@@ -91,20 +116,19 @@ fn contiguous_rows(r: &Reduction, st: &[usize], idx: usize) -> Rows {
     Rows { base: i0 * st[0] + i2 * st[2] + i4 * st[4], n: [s[1], s[3], 1], st: [st[1], st[3], 0], len: s[5] }
 }
 
-fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f32]) {
-    let st = strides(&r.shape);
+fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, st: &[usize; 6], scale: f32, term: Term, out: &mut [f32]) {
     let isa = ctx.isa;
     let bytes = x.len() * 4;
     let t = ctx.pool.threads();
     if ctx.pool.policy() == ThreadPolicy::CostModel && t > 1 && r.outputs < t && bytes >= INLINE_BYTES {
         // Fewer outputs than threads: split each output's rows instead and add the partials.
         for (o, slot) in out.iter_mut().enumerate() {
-            let rows = contiguous_rows(r, &st, o);
+            let rows = contiguous_rows(r, st, o);
             let pieces = split_rows(&rows, t);
             let mut partial = vec![0f32; pieces.len()];
             ctx.par_chunks(&mut partial, bytes, 1, false, |s, c| {
                 for (k, p) in c.iter_mut().enumerate() {
-                    *p = simd::sum_rows_f32(isa, x, &pieces[s + k]);
+                    *p = simd::sum_rows_f32(isa, x, &pieces[s + k], term);
                 }
             });
             *slot = partial.iter().sum::<f32>() * scale;
@@ -114,12 +138,14 @@ fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f3
     if r.shape[1] == 1 && r.shape[3] == 1 {
         // One row per output, and consecutive outputs are consecutive rows: [outputs, len].
         let len = r.shape[5];
-        ctx.par_chunks(out, bytes, 1, true, |start, chunk| simd::row_sums_f32(isa, x, start * len, len, scale, chunk));
+        ctx.par_chunks(out, bytes, 1, true, |start, chunk| {
+            simd::row_sums_f32(isa, x, start * len, len, scale, chunk, term)
+        });
         return;
     }
     ctx.par_chunks(out, bytes, 1, true, |start, chunk| {
         for (k, o) in chunk.iter_mut().enumerate() {
-            *o = simd::sum_rows_f32(isa, x, &contiguous_rows(r, &st, start + k)) * scale;
+            *o = simd::sum_rows_f32(isa, x, &contiguous_rows(r, st, start + k), term) * scale;
         }
     });
 }
@@ -167,12 +193,11 @@ fn column_runs(r: &Reduction, st: &[usize], start: usize, len: usize, max_run: u
     }
 }
 
-fn discontiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, scale: f32, out: &mut [f32]) {
-    let st = strides(&r.shape);
+fn discontiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, st: &[usize; 6], scale: f32, t: Term, out: &mut [f32]) {
     let isa = ctx.isa;
     ctx.par_chunks(out, x.len() * 4, 64, true, |start, chunk| {
-        column_runs(r, &st, start, chunk.len(), usize::MAX, |o, rows| {
-            simd::col_sums_f32(isa, x, rows, scale, &mut chunk[o..o + rows.len]);
+        column_runs(r, st, start, chunk.len(), usize::MAX, |o, rows| {
+            simd::col_sums_f32(isa, x, rows, scale, &mut chunk[o..o + rows.len], t);
         });
     });
 }

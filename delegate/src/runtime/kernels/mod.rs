@@ -4,6 +4,7 @@
 pub mod conv;
 pub mod convert;
 pub mod elementwise;
+pub mod fused;
 pub mod gap;
 pub mod linear;
 pub mod mean;

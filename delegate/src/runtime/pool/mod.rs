@@ -20,10 +20,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before parking: well above the gap between back-to-back
-/// operators and runs, short enough that an idle program gives the core back quickly.
+/// operators and runs, short enough that an idle program gives the core back quickly. A
+/// caller that runs something else between two runs (a benchmark interleaving variants, whose
+/// portable "before" run of a 1 MiB RMSNorm takes about 0.3 ms) would otherwise find the
+/// worker parked at every run, and a wake (25-40 us) costs more than a 1 MiB mean takes.
+/// pthreadpool, which XNNPACK runs on, spins longer still (1,000,000 pause iterations).
 /// A pool with more threads than the process may run on (`taskset`, a CPU quota) does not
 /// spin at all: a spinning worker would only take the caller's core away from it.
-const SPIN_BEFORE_PARK: Duration = Duration::from_micros(200);
+const SPIN_BEFORE_PARK: Duration = Duration::from_millis(2);
 
 /// Below this many bytes touched, `CostModel` runs an operator inline: splitting saves less
 /// than a dispatch plus moving the data to a second core's L2. Measured on this project's
@@ -78,6 +82,24 @@ impl Pool {
     /// A pool with `threads - 1` workers (the caller is thread 0).
     pub fn new(threads: usize, policy: ThreadPolicy) -> std::io::Result<Pool> {
         Pool::with_spin(threads, policy, SPIN_BEFORE_PARK)
+    }
+
+    /// The process's pool for `threads` and `policy`, shared by every program that asks while
+    /// any holds it (ExecuTorch runs every delegate on one threadpool): programs run one after
+    /// the other then find its workers still spinning, where a pool per program would find its
+    /// own parked, and the machine holds one set of workers instead of one per program.
+    pub fn shared(threads: usize, policy: ThreadPolicy) -> std::io::Result<Arc<Pool>> {
+        type Registry = Vec<((usize, ThreadPolicy), std::sync::Weak<Pool>)>;
+        static POOLS: Mutex<Registry> = Mutex::new(Vec::new());
+        let threads = threads.max(1);
+        let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+        pools.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(p) = pools.iter().find(|(k, _)| *k == (threads, policy)).and_then(|(_, w)| w.upgrade()) {
+            return Ok(p);
+        }
+        let p = Arc::new(Pool::new(threads, policy)?);
+        pools.push(((threads, policy), Arc::downgrade(&p)));
+        Ok(p)
     }
 
     /// As [`Pool::new`], with idle workers spinning for `spin` before they park. A caller

@@ -73,22 +73,49 @@ fn mut_nan(_isa: Isa, v: f32) -> f32 {
     v
 }
 
-/// Sum of every element of every row (f32 accumulation, order depends on `isa`).
-pub fn sum_rows_f32(isa: Isa, x: &[f32], rows: &Rows) -> f32 {
+/// What each element adds to a sum: itself, or its square. A square is rounded to f32 and
+/// then added (two roundings, never a fused multiply-add), so summing squares here gives the
+/// same bits as summing the output of the square kernel: a fused `mean(x * x)` reads `x`
+/// once and matches the unfused plan exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Term {
+    Value,
+    Square,
+}
+
+#[inline(always)]
+fn term<const SQ: bool>(v: f32) -> f32 {
+    if SQ {
+        v * v
+    } else {
+        v
+    }
+}
+
+/// Sum of every element (or its square) of every row (f32 accumulation, order depends on
+/// `isa`, not on `term`).
+pub fn sum_rows_f32(isa: Isa, x: &[f32], rows: &Rows, t: Term) -> f32 {
+    match t {
+        Term::Value => sum_rows::<false>(isa, x, rows),
+        Term::Square => sum_rows::<true>(isa, x, rows),
+    }
+}
+
+fn sum_rows<const SQ: bool>(isa: Isa, x: &[f32], rows: &Rows) -> f32 {
     rows.check(x.len());
     let s = match isa.level() {
-        Level::Scalar => sum_rows_portable(x, rows),
+        Level::Scalar => sum_rows_portable::<SQ>(x, rows),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa(Avx2)` exists only after detection; `rows.check` bounds every access.
-        Level::Avx2 => unsafe { x86::sum_rows_avx2(x.as_ptr(), rows, mut_drop_tail()) },
+        Level::Avx2 => unsafe { x86::sum_rows_avx2::<SQ>(x.as_ptr(), rows, mut_drop_tail()) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
-        Level::Avx512 => unsafe { x86::sum_rows_avx512(x.as_ptr(), rows, mut_drop_tail()) },
+        Level::Avx512 => unsafe { x86::sum_rows_avx512::<SQ>(x.as_ptr(), rows, mut_drop_tail()) },
     };
     mut_nan(isa, s)
 }
 
-fn sum_rows_portable(x: &[f32], rows: &Rows) -> f32 {
+fn sum_rows_portable<const SQ: bool>(x: &[f32], rows: &Rows) -> f32 {
     // 32 independent accumulators: the compiler vectorizes the inner loop without reassociating.
     let mut acc = [0f32; 32];
     let mut tail = 0f32;
@@ -97,11 +124,11 @@ fn sum_rows_portable(x: &[f32], rows: &Rows) -> f32 {
         let mut it = row.chunks_exact(32);
         for c in &mut it {
             for j in 0..32 {
-                acc[j] += c[j];
+                acc[j] += term::<SQ>(c[j]);
             }
         }
         for &v in it.remainder() {
-            tail += v;
+            tail += term::<SQ>(v);
         }
     });
     let mut s = tail;
@@ -111,9 +138,16 @@ fn sum_rows_portable(x: &[f32], rows: &Rows) -> f32 {
     s
 }
 
-/// `out[r] = scale * sum(x[base + r*len .. base + (r+1)*len])`: consecutive rows, one call
+/// `out[r] = scale * sum(t(x[base + r*len .. base + (r+1)*len]))`: consecutive rows, one call
 /// (no per-row dispatch; short rows are where per-call overhead would dominate).
-pub fn row_sums_f32(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, out: &mut [f32]) {
+pub fn row_sums_f32(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, out: &mut [f32], t: Term) {
+    match t {
+        Term::Value => row_sums::<false>(isa, x, base, len, scale, out),
+        Term::Square => row_sums::<true>(isa, x, base, len, scale, out),
+    }
+}
+
+fn row_sums<const SQ: bool>(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, out: &mut [f32]) {
     let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
     rows.check(x.len());
     if len == 0 {
@@ -124,15 +158,15 @@ pub fn row_sums_f32(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, ou
         Level::Scalar => {
             for (r, o) in out.iter_mut().enumerate() {
                 let one = Rows { base: base + r * len, n: [1, 1, 1], st: [0, 0, 0], len };
-                *o = sum_rows_portable(x, &one) * scale;
+                *o = sum_rows_portable::<SQ>(x, &one) * scale;
             }
         }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detection proven by `Isa`; `rows.check` bounds every row; writes stay in `out`.
-        Level::Avx2 => unsafe { x86::row_sums_avx2(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+        Level::Avx2 => unsafe { x86::row_sums_avx2::<SQ>(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
-        Level::Avx512 => unsafe { x86::row_sums_avx512(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+        Level::Avx512 => unsafe { x86::row_sums_avx512::<SQ>(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
     }
     #[cfg(feature = "mutants")]
     for v in out.iter_mut() {
@@ -140,18 +174,27 @@ pub fn row_sums_f32(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, ou
     }
 }
 
-/// `out[c] = scale * sum over rows of row[c]` for `c < rows.len` (f32 accumulation).
-pub fn col_sums_f32(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
+/// `out[c] = scale * sum over rows of t(row[c])` for `c < rows.len` (f32 accumulation).
+pub fn col_sums_f32(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32], t: Term) {
+    match t {
+        Term::Value => col_sums::<false>(isa, x, rows, scale, out),
+        Term::Square => col_sums::<true>(isa, x, rows, scale, out),
+    }
+}
+
+fn col_sums<const SQ: bool>(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
     rows.check(x.len());
     assert_eq!(out.len(), rows.len, "column-sum output length");
     match isa.level() {
-        Level::Scalar => col_sums_portable(x, rows, scale, out),
+        Level::Scalar => col_sums_portable::<SQ>(x, rows, scale, out),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detection proven by `Isa`; `rows.check` bounds reads, `out.len() == rows.len` bounds writes.
-        Level::Avx2 => unsafe { x86::col_sums_avx2(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
+        Level::Avx2 => unsafe { x86::col_sums_avx2::<SQ>(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
-        Level::Avx512 => unsafe { x86::col_sums_avx512(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
+        Level::Avx512 => unsafe {
+            x86::col_sums_avx512::<SQ>(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail())
+        },
     }
     #[cfg(feature = "mutants")]
     for v in out.iter_mut() {
@@ -159,7 +202,7 @@ pub fn col_sums_f32(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32
     }
 }
 
-fn col_sums_portable(x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
+fn col_sums_portable<const SQ: bool>(x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
     let width = rows.len;
     let mut c0 = 0;
     while c0 < width {
@@ -168,7 +211,7 @@ fn col_sums_portable(x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
         rows.for_each(|off| {
             let r = &x[off + c0..off + c0 + w];
             for j in 0..w {
-                acc[j] += r[j];
+                acc[j] += term::<SQ>(r[j]);
             }
         });
         for j in 0..w {
@@ -183,10 +226,33 @@ mod x86 {
     use super::Rows;
     use std::arch::x86_64::*;
 
+    /// What a loaded vector contributes to a sum: itself, or its square (rounded to f32 as
+    /// the square kernel rounds it, then added: never fused into a multiply-add).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn t8<const SQ: bool>(v: __m256) -> __m256 {
+        if SQ {
+            _mm256_mul_ps(v, v)
+        } else {
+            v
+        }
+    }
+
+    /// [`t8`] for 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn t16<const SQ: bool>(v: __m512) -> __m512 {
+        if SQ {
+            _mm512_mul_ps(v, v)
+        } else {
+            v
+        }
+    }
+
     /// # Safety
     /// AVX2 available; every row of `rows` lies inside the allocation behind `x`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn sum_rows_avx2(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
+    pub unsafe fn sum_rows_avx2<const SQ: bool>(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
         let (mut a0, mut a1, mut a2, mut a3) =
             (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
         let len = rows.len;
@@ -198,19 +264,19 @@ mod x86 {
                 let p = x.add(off);
                 let mut j = 0;
                 while j + 32 <= len {
-                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
-                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j + 8)));
-                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(j + 16)));
-                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(j + 24)));
+                    a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_loadu_ps(p.add(j))));
+                    a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_loadu_ps(p.add(j + 8))));
+                    a2 = _mm256_add_ps(a2, t8::<SQ>(_mm256_loadu_ps(p.add(j + 16))));
+                    a3 = _mm256_add_ps(a3, t8::<SQ>(_mm256_loadu_ps(p.add(j + 24))));
                     j += 32;
                 }
                 while j + 8 <= len {
-                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_loadu_ps(p.add(j))));
                     j += 8;
                 }
                 if j < len && !drop_tail {
                     let m = _mm256_cmpgt_epi32(_mm256_set1_epi32((len - j) as i32), lanes);
-                    a1 = _mm256_add_ps(a1, _mm256_maskload_ps(p.add(j), m));
+                    a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_maskload_ps(p.add(j), m)));
                 }
             }
         });
@@ -224,7 +290,7 @@ mod x86 {
     /// # Safety
     /// AVX-512F available; every row of `rows` lies inside the allocation behind `x`.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn sum_rows_avx512(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
+    pub unsafe fn sum_rows_avx512<const SQ: bool>(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
         let (mut a0, mut a1, mut a2, mut a3) =
             (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
         let len = rows.len;
@@ -235,19 +301,19 @@ mod x86 {
                 let p = x.add(off);
                 let mut j = 0;
                 while j + 64 <= len {
-                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
-                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j + 16)));
-                    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(j + 32)));
-                    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(j + 48)));
+                    a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_loadu_ps(p.add(j))));
+                    a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_loadu_ps(p.add(j + 16))));
+                    a2 = _mm512_add_ps(a2, t16::<SQ>(_mm512_loadu_ps(p.add(j + 32))));
+                    a3 = _mm512_add_ps(a3, t16::<SQ>(_mm512_loadu_ps(p.add(j + 48))));
                     j += 64;
                 }
                 while j + 16 <= len {
-                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_loadu_ps(p.add(j))));
                     j += 16;
                 }
                 if j < len && !drop_tail {
                     let m: __mmask16 = ((1u32 << (len - j)) - 1) as u16;
-                    a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(m, p.add(j)));
+                    a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_maskz_loadu_ps(m, p.add(j))));
                 }
             }
         });
@@ -257,7 +323,14 @@ mod x86 {
     /// # Safety
     /// AVX2 available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn row_sums_avx2(x: *const f32, base: usize, len: usize, scale: f32, out: &mut [f32], drop_tail: bool) {
+    pub unsafe fn row_sums_avx2<const SQ: bool>(
+        x: *const f32,
+        base: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+        drop_tail: bool,
+    ) {
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let tail = len % 8;
         let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail as i32), lanes);
@@ -270,18 +343,18 @@ mod x86 {
                     (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut j = 0;
                 while j + 32 <= len {
-                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
-                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j + 8)));
-                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(j + 16)));
-                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(j + 24)));
+                    a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_loadu_ps(p.add(j))));
+                    a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_loadu_ps(p.add(j + 8))));
+                    a2 = _mm256_add_ps(a2, t8::<SQ>(_mm256_loadu_ps(p.add(j + 16))));
+                    a3 = _mm256_add_ps(a3, t8::<SQ>(_mm256_loadu_ps(p.add(j + 24))));
                     j += 32;
                 }
                 while j + 8 <= len {
-                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j)));
+                    a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_loadu_ps(p.add(j))));
                     j += 8;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm256_add_ps(a2, _mm256_maskload_ps(p.add(j), m));
+                    a2 = _mm256_add_ps(a2, t8::<SQ>(_mm256_maskload_ps(p.add(j), m)));
                 }
                 let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
                 let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
@@ -295,7 +368,7 @@ mod x86 {
     /// # Safety
     /// AVX-512F available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn row_sums_avx512(
+    pub unsafe fn row_sums_avx512<const SQ: bool>(
         x: *const f32,
         base: usize,
         len: usize,
@@ -313,18 +386,18 @@ mod x86 {
                     (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
                 let mut j = 0;
                 while j + 64 <= len {
-                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
-                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j + 16)));
-                    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(j + 32)));
-                    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(j + 48)));
+                    a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_loadu_ps(p.add(j))));
+                    a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_loadu_ps(p.add(j + 16))));
+                    a2 = _mm512_add_ps(a2, t16::<SQ>(_mm512_loadu_ps(p.add(j + 32))));
+                    a3 = _mm512_add_ps(a3, t16::<SQ>(_mm512_loadu_ps(p.add(j + 48))));
                     j += 64;
                 }
                 while j + 16 <= len {
-                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j)));
+                    a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_loadu_ps(p.add(j))));
                     j += 16;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm512_add_ps(a2, _mm512_maskz_loadu_ps(m, p.add(j)));
+                    a2 = _mm512_add_ps(a2, t16::<SQ>(_mm512_maskz_loadu_ps(m, p.add(j))));
                 }
                 *o = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) * scale;
             }
@@ -334,7 +407,13 @@ mod x86 {
     /// # Safety
     /// AVX2 available; rows inside `x`'s allocation; `out` valid for `rows.len` writes.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn col_sums_avx2(x: *const f32, rows: &Rows, scale: f32, out: *mut f32, drop_tail: bool) {
+    pub unsafe fn col_sums_avx2<const SQ: bool>(
+        x: *const f32,
+        rows: &Rows,
+        scale: f32,
+        out: *mut f32,
+        drop_tail: bool,
+    ) {
         let width = rows.len;
         let vs = _mm256_set1_ps(scale);
         let mut c = 0;
@@ -346,10 +425,10 @@ mod x86 {
             // SAFETY: columns c..c + 32 <= width of an in-bounds row.
             rows.for_each(|off| unsafe {
                 let p = x.add(off + c);
-                a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p));
-                a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(8)));
-                a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(16)));
-                a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(24)));
+                a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_loadu_ps(p)));
+                a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_loadu_ps(p.add(8))));
+                a2 = _mm256_add_ps(a2, t8::<SQ>(_mm256_loadu_ps(p.add(16))));
+                a3 = _mm256_add_ps(a3, t8::<SQ>(_mm256_loadu_ps(p.add(24))));
             });
             // SAFETY: outputs c..c + 32 <= width.
             unsafe {
@@ -363,7 +442,7 @@ mod x86 {
         while c + 8 <= width {
             let mut a0 = _mm256_setzero_ps();
             // SAFETY: columns c..c + 8 <= width of an in-bounds row.
-            rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x.add(off + c))) });
+            rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_loadu_ps(x.add(off + c)))) });
             // SAFETY: outputs c..c + 8 <= width.
             unsafe { _mm256_storeu_ps(out.add(c), _mm256_mul_ps(a0, vs)) };
             c += 8;
@@ -374,7 +453,7 @@ mod x86 {
             let mut a0 = _mm256_setzero_ps();
             if !drop_tail {
                 // SAFETY: the mask enables only the `width - c` lanes inside the row.
-                rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x.add(off + c), m)) });
+                rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_maskload_ps(x.add(off + c), m))) });
             }
             // SAFETY: the mask enables only outputs below `width`.
             unsafe { _mm256_maskstore_ps(out.add(c), m, _mm256_mul_ps(a0, vs)) };
@@ -384,7 +463,13 @@ mod x86 {
     /// # Safety
     /// AVX-512F available; rows inside `x`'s allocation; `out` valid for `rows.len` writes.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn col_sums_avx512(x: *const f32, rows: &Rows, scale: f32, out: *mut f32, drop_tail: bool) {
+    pub unsafe fn col_sums_avx512<const SQ: bool>(
+        x: *const f32,
+        rows: &Rows,
+        scale: f32,
+        out: *mut f32,
+        drop_tail: bool,
+    ) {
         let width = rows.len;
         let vs = _mm512_set1_ps(scale);
         let mut c = 0;
@@ -395,10 +480,10 @@ mod x86 {
             // SAFETY: columns c..c + 64 <= width of an in-bounds row.
             rows.for_each(|off| unsafe {
                 let p = x.add(off + c);
-                a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p));
-                a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(16)));
-                a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(32)));
-                a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(48)));
+                a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_loadu_ps(p)));
+                a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_loadu_ps(p.add(16))));
+                a2 = _mm512_add_ps(a2, t16::<SQ>(_mm512_loadu_ps(p.add(32))));
+                a3 = _mm512_add_ps(a3, t16::<SQ>(_mm512_loadu_ps(p.add(48))));
             });
             // SAFETY: outputs c..c + 64 <= width.
             unsafe {
@@ -412,7 +497,7 @@ mod x86 {
         while c + 16 <= width {
             let mut a0 = _mm512_setzero_ps();
             // SAFETY: columns c..c + 16 <= width of an in-bounds row.
-            rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x.add(off + c))) });
+            rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_loadu_ps(x.add(off + c)))) });
             // SAFETY: outputs c..c + 16 <= width.
             unsafe { _mm512_storeu_ps(out.add(c), _mm512_mul_ps(a0, vs)) };
             c += 16;
@@ -422,7 +507,9 @@ mod x86 {
             let mut a0 = _mm512_setzero_ps();
             if !drop_tail {
                 // SAFETY: the mask enables only the `width - c` lanes inside the row.
-                rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m, x.add(off + c))) });
+                rows.for_each(|off| unsafe {
+                    a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_maskz_loadu_ps(m, x.add(off + c))))
+                });
             }
             // SAFETY: the mask enables only outputs below `width`.
             unsafe { _mm512_mask_storeu_ps(out.add(c), m, _mm512_mul_ps(a0, vs)) };
@@ -487,19 +574,50 @@ mod tests {
                 }
             });
             for isa in available_isas() {
-                let got = sum_rows_f32(isa, &x, &rows);
+                let got = sum_rows_f32(isa, &x, &rows, Term::Value);
                 assert!((got as f64 - want).abs() < 1e-3, "{} len {len}: {got} vs {want}", isa.name());
                 let mut sums = vec![0f32; 5];
-                row_sums_f32(isa, &x, 2, len, 2.0, &mut sums);
+                row_sums_f32(isa, &x, 2, len, 2.0, &mut sums, Term::Value);
                 for (r, v) in sums.iter().enumerate() {
                     let w: f64 = x[2 + r * len..2 + (r + 1) * len].iter().map(|&v| v as f64).sum();
                     assert!((*v as f64 - 2.0 * w).abs() < 1e-3, "{} row {r} len {len}", isa.name());
                 }
                 let mut out = vec![0f32; len];
-                col_sums_f32(isa, &x, &rows, 0.5, &mut out);
+                col_sums_f32(isa, &x, &rows, 0.5, &mut out, Term::Value);
                 for j in 0..len {
                     assert!((out[j] as f64 - want_cols[j] * 0.5).abs() < 1e-3, "{} col {j}", isa.name());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn sums_of_squares_are_bit_identical_to_sums_of_squared_values() {
+        // The fused `mean(x * x)` must give the unfused plan's bits: same roundings, same order.
+        let x: Vec<f32> = (0..4000).map(|i| ((i * 7919 % 1009) as f32) * 0.013 - 6.5).collect();
+        let sq: Vec<f32> = x.iter().map(|v| v * v).collect();
+        for len in [1, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 130, 257] {
+            let rows = Rows { base: 5, n: [2, 3, 2], st: [len * 7 + 3, len * 2 + 1, len + 1], len };
+            for isa in available_isas() {
+                let name = isa.name();
+                let (a, b) = (sum_rows_f32(isa, &x, &rows, Term::Square), sum_rows_f32(isa, &sq, &rows, Term::Value));
+                assert_eq!(a.to_bits(), b.to_bits(), "{name} sum_rows len {len}");
+                let (mut a, mut b) = (vec![0f32; 9], vec![0f32; 9]);
+                row_sums_f32(isa, &x, 3, len, 0.37, &mut a, Term::Square);
+                row_sums_f32(isa, &sq, 3, len, 0.37, &mut b, Term::Value);
+                assert_eq!(
+                    a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{name} row_sums len {len}"
+                );
+                let (mut a, mut b) = (vec![0f32; len], vec![0f32; len]);
+                col_sums_f32(isa, &x, &rows, 0.37, &mut a, Term::Square);
+                col_sums_f32(isa, &sq, &rows, 0.37, &mut b, Term::Value);
+                assert_eq!(
+                    a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{name} col_sums len {len}"
+                );
             }
         }
     }

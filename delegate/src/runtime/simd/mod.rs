@@ -22,9 +22,12 @@ mod transpose;
 
 pub use bytes::{bf16_bits, bf16_bits_mut, cast, cast_mut, lines_for, zeros_par, Line, Pod};
 pub use convert::{bf16_to_f32, dequantize, f16_to_f32, f32_to_bf16, f32_to_f16, quantize};
-pub use elementwise::{bin_apply, bin_rows, bin_sv, bin_vs, bin_vv, clamp_inplace, rsqrt, square, BinOp};
+pub use elementwise::{
+    bin_apply, bin_rows, bin_sv, bin_vs, bin_vv, chain_rows, clamp_inplace, rsqrt, square, BinOp, ChainLayout,
+    ChainStep, Src, CHAIN_ARGS, CHAIN_RANK,
+};
 pub use isa::{available_isas, Isa};
-pub use mean::{col_sums_f32, col_sums_i8, row_sums_f32, sum_rows_f32, sum_rows_i8, Rows};
+pub use mean::{col_sums_f32, col_sums_i8, row_sums_f32, sum_rows_f32, sum_rows_i8, Rows, Term};
 pub use product::{
     conv_windows_f32, conv_windows_qs8, dot, gemm_rows, mul_acc, requantize, window_f32, window_qs8, Gemm, Lane,
     Requant, Start, Window,

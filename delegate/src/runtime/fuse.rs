@@ -1,0 +1,168 @@
+//! Plan-time fusion of a segment's nodes into groups that run as one pass, as XNNPACK does
+//! not (it runs every node as its own operator):
+//! - a square feeding a mean (`mean(x * x)` or `mean(square(x))`): the mean sums squares
+//!   as it reads `x`, the squared tensor is never written;
+//! - a chain of fp32 elementwise nodes where each node's output is read only by the next and
+//!   has the chain's output shape (`x * r * w` with `r` and `w` broadcast): one pass over
+//!   the output, each operand read once.
+//!
+//! A group computes the same f32 operations in the same order per element as its nodes
+//! would one by one, so its outputs are bit-identical to the unfused plan
+//! (`RunOptions::fuse` turns fusion off for A/B runs). Groups are consecutive nodes, and the
+//! plan's block assignment keeps every value a group reads alive until the group's last node,
+//! so the same blocks serve both the fused and the unfused run. Shapes are only known at run
+//! time: a chain whose run-time shapes break its condition runs node by node.
+
+use super::kernels::elementwise::Unary;
+use super::plan::{Dt, Kernel, Loc, NodePlan, ValuePlan};
+use super::simd::{ChainStep, Src, CHAIN_ARGS};
+
+/// Consecutive nodes run as one unit.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Group {
+    /// Node `i`, by itself.
+    Node(usize),
+    /// Node `square` squares the input of node `square + 1`, a mean that is its only reader.
+    SquareMean { square: usize },
+    /// Nodes `first..=last` as one elementwise pass: `steps` over the operand values `args`.
+    Chain { first: usize, last: usize, steps: Vec<ChainStep>, args: Vec<usize> },
+}
+
+impl Group {
+    /// The nodes of the group, first and last.
+    pub fn span(&self) -> (usize, usize) {
+        match self {
+            Group::Node(i) => (*i, *i),
+            Group::SquareMean { square } => (*square, square + 1),
+            Group::Chain { first, last, .. } => (*first, *last),
+        }
+    }
+}
+
+/// How many nodes read each value (a node reading a value twice counts once).
+fn readers(nodes: &[NodePlan], n_values: usize) -> Vec<usize> {
+    let mut r = vec![0usize; n_values];
+    for n in nodes {
+        for (k, &v) in n.inputs.iter().enumerate() {
+            if !n.inputs[..k].contains(&v) {
+                r[v] += 1;
+            }
+        }
+    }
+    r
+}
+
+fn all_f32(n: &NodePlan, values: &[ValuePlan]) -> bool {
+    n.inputs.iter().chain([&n.output]).all(|&v| values[v].dt == Dt::F32)
+}
+
+/// A value only the next node reads, computed inside the segment (not one of its outputs).
+fn private(v: usize, values: &[ValuePlan], readers: &[usize]) -> bool {
+    readers[v] == 1 && !matches!(values[v].loc, Loc::Output(_))
+}
+
+/// Whether nodes `i` and `i + 1` are a square and the mean it feeds.
+fn square_mean(nodes: &[NodePlan], i: usize, values: &[ValuePlan], readers: &[usize]) -> bool {
+    let (Some(s), Some(m)) = (nodes.get(i), nodes.get(i + 1)) else { return false };
+    let squares = match s.kernel {
+        Kernel::Unary(Unary::Square) => s.inputs.len() == 1,
+        Kernel::Binary(super::simd::BinOp::Mul) => s.inputs.len() == 2 && s.inputs[0] == s.inputs[1],
+        _ => false,
+    };
+    squares
+        && s.act.is_none()
+        && all_f32(s, values)
+        && matches!(m.kernel, Kernel::Mean { .. })
+        && m.inputs == [s.output]
+        && values[m.output].dt == Dt::F32
+        && private(s.output, values, readers)
+}
+
+/// The chain steps of elementwise fp32 node `n` (its operation, then its output range),
+/// reading the running value where it reads `acc` and operands through `arg`; `None` if the
+/// node is not an fp32 elementwise node.
+fn steps_of(
+    n: &NodePlan,
+    values: &[ValuePlan],
+    acc: Option<usize>,
+    mut arg: impl FnMut(usize) -> Src,
+) -> Option<Vec<ChainStep>> {
+    if !all_f32(n, values) {
+        return None;
+    }
+    let mut src = |v: usize| if Some(v) == acc { Src::Acc } else { arg(v) };
+    let mut steps = Vec::with_capacity(2);
+    match (&n.kernel, n.inputs.as_slice()) {
+        (Kernel::Binary(op), &[a, b]) => steps.push(ChainStep::Bin { op: *op, a: src(a), b: src(b) }),
+        (Kernel::Unary(Unary::Square), &[x]) => steps.push(ChainStep::Square(src(x))),
+        (Kernel::Unary(Unary::Rsqrt), &[x]) => steps.push(ChainStep::Rsqrt(src(x))),
+        (Kernel::Unary(Unary::Copy), &[x]) => steps.push(ChainStep::Copy(src(x))),
+        (Kernel::Unary(Unary::Clamp(lo, hi)), &[x]) => {
+            steps.push(ChainStep::Copy(src(x)));
+            steps.push(ChainStep::Clamp { lo: *lo, hi: *hi });
+        }
+        _ => return None,
+    }
+    if let Some((lo, hi)) = n.act {
+        steps.push(ChainStep::Clamp { lo, hi });
+    }
+    Some(steps)
+}
+
+/// Operand values a node reads other than `acc`, not yet in `args`.
+fn new_args(n: &NodePlan, acc: Option<usize>, args: &[usize]) -> usize {
+    let mut fresh: Vec<usize> = n.inputs.iter().copied().filter(|&v| Some(v) != acc && !args.contains(&v)).collect();
+    fresh.dedup();
+    fresh.len()
+}
+
+/// Groups of the nodes, in order; every node is in exactly one group.
+pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
+    let readers = readers(nodes, values.len());
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut i = 0;
+    while i < nodes.len() {
+        if square_mean(nodes, i, values, &readers) {
+            out.push(Group::SquareMean { square: i });
+            i += 2;
+            continue;
+        }
+        let mut args: Vec<usize> = Vec::new();
+        let arg_of = |args: &mut Vec<usize>, v: usize| {
+            let k = args.iter().position(|&a| a == v).unwrap_or_else(|| {
+                args.push(v);
+                args.len() - 1
+            });
+            Src::Arg(k)
+        };
+        let head = steps_of(&nodes[i], values, None, |v| arg_of(&mut args, v));
+        let Some(mut steps) = head.filter(|_| args.len() <= CHAIN_ARGS) else {
+            out.push(Group::Node(i));
+            i += 1;
+            continue;
+        };
+        let mut last = i;
+        while let Some(n) = nodes.get(last + 1) {
+            let acc = nodes[last].output;
+            let extends = n.inputs.contains(&acc)
+                && private(acc, values, &readers)
+                && values[n.output].dims == values[acc].dims
+                && args.len() + new_args(n, Some(acc), &args) <= CHAIN_ARGS
+                // A square that feeds a mean is worth more in that pair.
+                && !square_mean(nodes, last + 1, values, &readers);
+            if !extends {
+                break;
+            }
+            let Some(more) = steps_of(n, values, Some(acc), |v| arg_of(&mut args, v)) else { break };
+            steps.extend(more);
+            last += 1;
+        }
+        if last > i {
+            out.push(Group::Chain { first: i, last, steps, args });
+        } else {
+            out.push(Group::Node(i));
+        }
+        i = last + 1;
+    }
+    out
+}

@@ -1,0 +1,247 @@
+//! Plan-time fusion (`runtime::fuse`) gives the unfused plan's bits: random programs of
+//! elementwise chains with broadcast operands, squares feeding means and means feeding
+//! further ops run with fusion on and off, at every instruction set and at 1 and 2 threads
+//! (both policies), and must agree bit for bit (NaN only with NaN: its payload is not part of
+//! the IEEE result). The run counts the drawn programs that have a fused group and requires
+//! most of them to, so the property is not a comparison of two unfused runs.
+
+use delegate::program::Step;
+use delegate::runtime::fuse::Group;
+use delegate::runtime::plan::SegmentPlan;
+use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
+use delegate::{lower, LoweringMode};
+use proptest::prelude::*;
+use reference::graph::{GraphBuilder, TensorSpec};
+use reference::{Tensor, TensorData, T};
+
+/// One operation applied to the running value `v`.
+#[derive(Clone, Debug)]
+enum OpDesc {
+    /// `v op operand` (or `operand op v` when `swap`).
+    Bin {
+        op: u8,
+        operand: Operand,
+        swap: bool,
+    },
+    Square,
+    Rsqrt,
+    Clamp {
+        lo: f32,
+        hi: f32,
+    },
+    /// `mean(v, -1, keepdim)`: later operations broadcast it back.
+    MeanLast,
+    /// `mean(v * v, -1, keepdim)` (the square written as a multiply).
+    MeanOfSelfProduct,
+}
+
+#[derive(Clone, Debug)]
+enum Operand {
+    /// The program input.
+    X,
+    /// A constant of this many trailing dims of the input's shape (the others 1).
+    Const { dims: u8, seed: u32 },
+    /// The running value of `back` operations ago (a value with a second reader).
+    Earlier { back: u8 },
+}
+
+fn op_strategy() -> impl Strategy<Value = OpDesc> {
+    let operand = prop_oneof![
+        3 => Just(Operand::X),
+        4 => (0u8..4, any::<u32>()).prop_map(|(dims, seed)| Operand::Const { dims, seed }),
+        1 => (1u8..4).prop_map(|back| Operand::Earlier { back }),
+    ];
+    prop_oneof![
+        6 => (0u8..4, operand, any::<bool>()).prop_map(|(op, operand, swap)| OpDesc::Bin { op, operand, swap }),
+        2 => Just(OpDesc::Square),
+        1 => Just(OpDesc::Rsqrt),
+        1 => (-2.0f32..0.0, 0.0f32..2.0).prop_map(|(lo, hi)| OpDesc::Clamp { lo, hi }),
+        1 => Just(OpDesc::MeanLast),
+        1 => Just(OpDesc::MeanOfSelfProduct),
+    ]
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed as u64 | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+fn build(shape: &[usize], ops: &[OpDesc]) -> reference::Graph {
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(shape));
+    let mut v = x;
+    let mut history: Vec<T> = vec![x];
+    for op in ops {
+        v = match op {
+            OpDesc::Bin { op, operand, swap } => {
+                let other = match operand {
+                    Operand::X => x,
+                    Operand::Const { dims, seed } => {
+                        let k = (*dims as usize).min(shape.len());
+                        let cshape = &shape[shape.len() - k..];
+                        g.constant(Tensor::f32(cshape, values(cshape.iter().product(), *seed)))
+                    }
+                    Operand::Earlier { back } => history[history.len().saturating_sub(*back as usize + 1)],
+                };
+                let (a, b) = if *swap { (other, v) } else { (v, other) };
+                match op {
+                    0 => g.add(a, b),
+                    1 => g.sub(a, b),
+                    2 => g.mul(a, b),
+                    _ => g.div(a, b),
+                }
+            }
+            OpDesc::Square => g.square(v),
+            OpDesc::Rsqrt => g.rsqrt(v),
+            OpDesc::Clamp { lo, hi } => g.clamp(v, Some(*lo), Some(*hi)),
+            OpDesc::MeanLast => g.mean(v, &[-1], true),
+            OpDesc::MeanOfSelfProduct => g.mean(g.mul(v, v), &[-1], true),
+        };
+        history.push(v);
+    }
+    g.finish(&[v]).unwrap()
+}
+
+fn same_bits(a: &Tensor, b: &Tensor) -> bool {
+    match (&a.data, &b.data) {
+        (TensorData::F32(x), TensorData::F32(y)) => {
+            a.shape == b.shape
+                && x.len() == y.len()
+                && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+        }
+        _ => false,
+    }
+}
+
+/// Whether a segment's plan has a fused group.
+fn fused_groups(lowered: &delegate::LoweredProgram) -> usize {
+    lowered
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Delegate(seg) => {
+                let loaded =
+                    delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).ok()?;
+                let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).ok()?;
+                Some(plan.groups.iter().filter(|g| !matches!(g, Group::Node(_))).count())
+            }
+            Step::Portable(_) => None,
+        })
+        .sum()
+}
+
+fn configs() -> Vec<RunOptions> {
+    let mut v = Vec::new();
+    for simd in [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512] {
+        if delegate::runtime::resolve_simd(simd).is_err() {
+            continue;
+        }
+        for (threads, policy) in
+            [(1, ThreadPolicy::CostModel), (2, ThreadPolicy::CostModel), (2, ThreadPolicy::PerOutputTasks)]
+        {
+            v.push(RunOptions { threads, policy, simd, ..RunOptions::default() });
+        }
+    }
+    v
+}
+
+fn check(shape: &[usize], ops: &[OpDesc], seed: u32) -> Result<(), TestCaseError> {
+    let graph = build(shape, ops);
+    let lowered = lower(&graph, LoweringMode::StaticMean).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let n: usize = shape.iter().product();
+    let x = Tensor::f32(shape, values(n, seed));
+    for opts in configs() {
+        let fused = Program::new(&lowered, &opts).unwrap();
+        let mut unfused = Program::new(&lowered, &opts).unwrap();
+        unfused.set_fusion(false);
+        let a = fused.run(std::slice::from_ref(&x)).unwrap();
+        let b = unfused.run(std::slice::from_ref(&x)).unwrap();
+        prop_assert!(same_bits(&a[0], &b[0]), "{opts:?}: fused and unfused differ for {ops:?} on {shape:?}");
+        // The bound path runs the same plan into its own buffers.
+        let mut bound = fused.bind(vec![x.clone()]).unwrap();
+        bound.invoke().unwrap();
+        prop_assert!(same_bits(&bound.outputs()[0], &b[0]), "{opts:?}: bound run differs for {ops:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn fused_plans_give_the_unfused_bits() {
+    use proptest::test_runner::{Config, TestRunner};
+    let strategy = (
+        1usize..3,
+        prop::sample::select(vec![1usize, 2, 3, 8]),
+        prop::sample::select(vec![1usize, 3, 8, 17, 64, 130, 1030]),
+        prop::collection::vec(op_strategy(), 1..7),
+        any::<u32>(),
+    );
+    let mut runner = TestRunner::new(Config { cases: 96, ..Config::default() });
+    let (cases, fused) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
+    runner
+        .run(&strategy, |(b, t, d, ops, seed)| {
+            cases.set(cases.get() + 1);
+            let graph = build(&[b, t, d], &ops);
+            if lower(&graph, LoweringMode::StaticMean).is_ok_and(|l| fused_groups(&l) > 0) {
+                fused.set(fused.get() + 1);
+            }
+            check(&[b, t, d], &ops, seed)
+        })
+        .unwrap();
+    // Not a comparison of two unfused runs: most drawn programs have a fused group.
+    assert!(2 * fused.get() >= cases.get(), "only {} of {} programs fused", fused.get(), cases.get());
+}
+
+#[test]
+fn rmsnorm_fuses_into_three_groups_and_keeps_its_bits() {
+    // x * rsqrt(mean(x * x) + eps) * w: square+mean, [add, rsqrt], [mul, mul].
+    let (t, d) = (8, 64);
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, t, d]));
+    let ms = g.mean(g.square(x), &[-1], true);
+    let inv = g.rsqrt(g.add(ms, g.constant(Tensor::f32(&[], vec![1e-6]))));
+    let w = g.constant(Tensor::f32(&[d], values(d, 3)));
+    let y = g.mul(g.mul(x, inv), w);
+    let graph = g.finish(&[y]).unwrap();
+    let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+    let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
+    let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
+    let plan = SegmentPlan::compile(0, &loaded, 1, 1).unwrap();
+    let kinds: Vec<&str> = plan
+        .groups
+        .iter()
+        .map(|g| match g {
+            Group::Node(_) => "node",
+            Group::SquareMean { .. } => "square_mean",
+            Group::Chain { .. } => "chain",
+        })
+        .collect();
+    assert_eq!(kinds, ["square_mean", "chain", "chain"]);
+    assert_eq!(fused_groups(&lowered), 3);
+    let xv = Tensor::f32(&[1, t, d], values(t * d, 9));
+    for opts in configs() {
+        let p = Program::new(&lowered, &opts).unwrap();
+        let mut q = Program::new(&lowered, &opts).unwrap();
+        q.set_fusion(false);
+        assert!(same_bits(
+            &p.run(std::slice::from_ref(&xv)).unwrap()[0],
+            &q.run(std::slice::from_ref(&xv)).unwrap()[0]
+        ));
+    }
+}
+
+#[test]
+fn random_programs_do_fuse() {
+    // The property above compares fused with unfused runs: on the shapes it draws, a chain of
+    // two elementwise ops and a square feeding a mean must be fused groups.
+    let chain = build(&[2, 3, 17], &[OpDesc::Bin { op: 2, operand: Operand::X, swap: false }, OpDesc::Square]);
+    assert!(fused_groups(&lower(&chain, LoweringMode::StaticMean).unwrap()) >= 1);
+    let sq_mean = build(&[2, 3, 17], &[OpDesc::MeanOfSelfProduct]);
+    assert!(fused_groups(&lower(&sq_mean, LoweringMode::StaticMean).unwrap()) >= 1);
+}
