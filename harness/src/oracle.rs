@@ -124,6 +124,9 @@ pub struct CheckOptions {
     /// (threads, SIMD path, modes) triples; `threads == 0` means "each of the case's thread
     /// counts above 1"; `None` modes means every mode.
     pub configs: Vec<(usize, Simd, Option<Vec<LoweringMode>>)>,
+    /// Compare outputs with the plain comparison alone, without the pre-filter (`replay`
+    /// does: same verdicts, see `outputs::compare`).
+    pub plain: bool,
 }
 
 impl Default for CheckOptions {
@@ -136,6 +139,7 @@ impl Default for CheckOptions {
                 (0, Simd::Best, None),
                 (0, Simd::Fallback, None),
             ],
+            plain: false,
         }
     }
 }
@@ -149,7 +153,7 @@ impl CheckOptions {
     pub fn sampled(index: u64) -> CheckOptions {
         let extra = [(1, Simd::Fallback), (0, Simd::Best), (0, Simd::Fallback)][(index % 3) as usize];
         let mode = LoweringMode::ALL[(index / 3 % 3) as usize];
-        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))] }
+        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))], plain: false }
     }
 
     /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
@@ -173,6 +177,9 @@ impl CheckOptions {
 /// The magnitude twin's value of every node, and its outputs' values as f64.
 type Twin = (Vec<Tensor>, Vec<Vec<f64>>);
 
+/// The wide twin's outputs' values as f64.
+type Wide = Vec<Vec<f64>>;
+
 /// The reference's view of one run: inputs, outputs (or its error) and, computed on first
 /// use, the outputs as f64 and the magnitude twin's values (see `patterns`).
 pub struct RefRun<'a> {
@@ -185,6 +192,7 @@ pub struct RefRun<'a> {
     /// The twin's value of every node, and its outputs' values as f64.
     twin: std::cell::OnceCell<Option<Twin>>,
     peak: std::cell::OnceCell<f64>,
+    wide: std::cell::OnceCell<Option<Wide>>,
 }
 
 impl RefRun<'_> {
@@ -210,6 +218,21 @@ impl RefRun<'_> {
                 all.iter().flat_map(|t| t.values_f64()).filter(|v| v.is_finite()).fold(0.0f64, |a, v| a.max(v.abs()))
             })
         })
+    }
+
+    /// The wide twin's output `o` as f64 (None where the case has no wide twin: see
+    /// `Built::wide`), evaluated once for every configuration that asks.
+    pub fn wide_values(&self, o: usize) -> Option<&[f64]> {
+        self.wide
+            .get_or_init(|| {
+                self.outputs.as_ref().ok()?;
+                let g = self.built.wide(self.case)?;
+                let outs = engine::reference(g, &patterns::wide_inputs(&self.inputs)).ok()?;
+                Some(outs.iter().map(|t| t.values_f64()).collect())
+            })
+            .as_ref()?
+            .get(o)
+            .map(|v| v.as_slice())
     }
 
     fn twin(&self) -> Option<&Twin> {
@@ -254,8 +277,8 @@ pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
         let inputs = case_inputs(case, built, r, &shapes)?;
         let outputs = engine::reference(&built.graph, &inputs);
-        let (values, twin, peak) = Default::default();
-        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak });
+        let (values, twin, peak, wide) = Default::default();
+        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak, wide });
     }
     Ok(runs)
 }
@@ -366,7 +389,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             }
             None => bytes::segment_verdict(program),
         };
-        let exec = outputs::execute(case, &built, &runs, program, prepared.as_ref(), &configs);
+        let exec = outputs::execute(case, &built, &runs, program, prepared.as_ref(), &configs, opts.plain);
         s.verdicts = Some((bytes_verdict, exec.errors, exec.outputs));
         s.payloads = payloads;
     }
