@@ -101,17 +101,19 @@
 //!
 //! [`compare_plain`] judges every element by the rules above, one at a time, asking for
 //! the twins' values as it needs them; `replay` runs it alone and prints what it found.
-//! The fuzz loop first runs [`settled`], which decides from the two tensors alone whether
-//! the plain comparison would pass the output whatever the twins say: every element finite
-//! and within its bound at the magnitude floor `|r| / (1 + u_c)^(2k + 2)`, which no true
-//! magnitude is below (the plain comparison never goes below it either), and under the
-//! rounding-mode rule `|g - r| + ulp(r)/2 <= ulp(g)/2 + (L + 2k + 4) u |r| / (1 + u_c)^(2k + 2)`,
-//! so that every point of the reference's rounding interval is close enough. Each test only
-//! gets easier as the magnitude grows, so a settled output passes the plain comparison;
-//! one that is not settled goes to the plain comparison. Either way the verdict is the plain
+//! The fuzz loop's [`compare`] first runs a pre-filter on each element, which decides from
+//! the two values alone whether the plain rule passes it whatever the twins say: NaN for
+//! NaN, the same infinity, or finite and within the bound at the magnitude floor
+//! `|r| / (1 + u_c)^(2k + 2)`, which no true magnitude is below (the plain rule never goes
+//! below it either), and under the rounding-mode rule
+//! `|g - r| + ulp(r)/2 <= ulp(g)/2 + (L + 2k + 4) u |r| / (1 + u_c)^(2k + 2)`, so that every
+//! point of the reference's rounding interval is close enough. Each test only gets easier
+//! as the magnitude grows, so a settled element passes the plain rule; the others go to the
+//! plain rule itself (the twins are evaluated then, and only then), and if one fails, the
+//! plain comparison reports the whole output. Either way the verdict is the plain
 //! comparison's, which the proptest `prefilter_gives_the_plain_comparisons_verdicts` checks
-//! on random tensors, tolerances, magnitudes and wide values. Most outputs are settled, and
-//! neither twin is evaluated for them.
+//! element by element and per output, on random tensors, tolerances, magnitudes and wide
+//! values. Most outputs are settled whole, and neither twin is evaluated for them.
 //!
 //! How tight this is: a mean over `n` elements whose divisor is off by one moves the result
 //! by `|mean|/n`; a dropped element moves it by `|x_k|/n`. For non-negative data
