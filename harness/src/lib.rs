@@ -3,6 +3,7 @@
 //! Generators make [`case`]s, oracles judge them, and the jobs (`fuzz`, `replay`,
 //! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both.
 
+pub mod args;
 pub mod bench;
 pub mod case;
 pub mod engine;
@@ -10,6 +11,7 @@ pub mod fuzz;
 pub mod gate;
 pub mod gen;
 pub mod inspect;
+pub mod interrupt;
 pub mod minimize;
 pub mod mutants;
 pub mod oracle;

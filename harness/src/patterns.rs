@@ -16,7 +16,7 @@
 //! differ by one step only, and by none when the mean counts are powers of two
 //! ([`qs8_exact`], derived in `oracle::outputs`).
 
-use crate::case::{Case, InvalidKind, Pattern};
+use crate::case::{Case, InvalidCase, InvalidKind, Pattern};
 use crate::engine;
 use reference::graph::{Conv2dParams, Dim, Graph, Op, TensorSpec, T};
 use reference::{ElemType, GraphBuilder, MemoryFormat, QuantParams, Tensor, TensorData};
@@ -61,13 +61,12 @@ pub struct Built {
     pub gap_only: bool,
 }
 
-/// Why a case can not be built (the oracles then skip it).
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("case not applicable: {0}")]
-pub struct NotApplicable(pub String);
+/// Why a case can not be built: see [`InvalidCase`].
+pub type NotApplicable = InvalidCase;
 
-fn na<T>(msg: impl Into<String>) -> Result<T, NotApplicable> {
-    Err(NotApplicable(msg.into()))
+/// A combination of knobs the pattern does not build, with the field at fault.
+fn invalid_field<T>(field: &str, msg: impl Into<String>) -> Result<T, NotApplicable> {
+    Err(InvalidCase::new(field, msg))
 }
 
 /// Builds the graph under test (and its magnitude twin) for a case.
@@ -130,33 +129,21 @@ enum Kind {
 }
 
 fn check_case(case: &Case) -> Result<(), NotApplicable> {
+    case.check()?;
     let rank = case.shape.len();
-    // (`rank_too_high` cases stay at rank 6: the corruption adds the seventh dim.)
-    if rank == 0 || rank > 6 {
-        return na(format!("input rank {rank} outside 1..=6"));
-    }
-    if case.shape.contains(&0) && case.invalid != Some(InvalidKind::ZeroSizedDim) {
-        return na("zero-sized dim without invalid=zero_sized_dim");
-    }
-    if case.numel() > 1 << 22 {
-        return na("input above 4M elements");
-    }
     if case.pattern.needs_rank4() && rank != 4 {
-        return na(format!("pattern {} needs a 4-D input", case.pattern.name()));
+        return invalid_field(
+            "shape",
+            format!("pattern {} needs a 4-D input, not {:?}", case.pattern.name(), case.shape),
+        );
     }
     if let Some(r) = case.format.required_rank() {
         if r != rank {
-            return na(format!("format {} needs rank {r}", case.format.name()));
+            return invalid_field(
+                "format",
+                format!("{} needs rank {r}, the input has rank {rank}", case.format.name()),
+            );
         }
-    }
-    if case.dynamic.iter().any(|&d| d >= rank) {
-        return na("dynamic dim out of range");
-    }
-    if case.threads.is_empty() || case.threads.iter().any(|&t| t == 0 || t > 64) {
-        return na("thread counts must be in 1..=64");
-    }
-    if case.modes.is_empty() {
-        return na("no lowering mode");
     }
     match case.pattern {
         Pattern::QkNorm => {
@@ -165,22 +152,22 @@ fn check_case(case: &Case) -> Result<(), NotApplicable> {
             #[allow(clippy::manual_is_multiple_of)]
             let splits = case.shape.get(2).is_some_and(|&e| e % heads == 0);
             if rank != 3 || !splits {
-                return na("qk_norm needs [B, S, H*Dh] with param = H dividing the last dim");
+                return invalid_field("param", "qk_norm needs [B, S, H*Dh] with param = H dividing the last dim");
             }
         }
         Pattern::PreNormMlp | Pattern::RmsNorm if case.dynamic.contains(&(rank - 1)) => {
-            return na("the normalized (last) dim can not be dynamic");
+            return invalid_field("dynamic", "the normalized (last) dim can not be dynamic");
         }
         _ => {}
     }
     if case.dtype == ElemType::Qs8 && case.mean_dtype.is_some() {
-        return na("qs8 cases take no dtype argument");
+        return invalid_field("mean_dtype", "qs8 cases take no dtype argument");
     }
     if matches!(case.pattern, Pattern::QkNorm | Pattern::PreNormMlp) && !case.dynamic.is_empty() {
-        return na("reshape and linear patterns take static shapes");
+        return invalid_field("dynamic", "reshape and linear patterns take static shapes");
     }
     if case.pattern.needs_rank4() && case.dynamic.contains(&1) {
-        return na("conv channels can not be dynamic");
+        return invalid_field("dynamic", "conv channels can not be dynamic");
     }
     Ok(())
 }
@@ -554,13 +541,13 @@ fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), Not
         }
         Pattern::RmsNorm => {
             if q {
-                return na("rms_norm has no qs8 form");
+                return invalid_field("dtype", "rms_norm has no qs8 form");
             }
             vec![cx.rms_norm(x, case.shape[rank - 1], None)]
         }
         Pattern::QkNorm => {
             if q {
-                return na("qk_norm has no qs8 form");
+                return invalid_field("dtype", "qk_norm has no qs8 form");
             }
             let (b, s, e) = (case.shape[0] as i64, case.shape[1] as i64, case.shape[2]);
             let h = heads(case);
@@ -583,7 +570,7 @@ fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), Not
         }
         Pattern::PreNormMlp => {
             if q {
-                return na("pre_norm_mlp has no qs8 form");
+                return invalid_field("dtype", "pre_norm_mlp has no qs8 form");
             }
             let d = case.shape[rank - 1];
             let f = mlp_hidden(case);
@@ -600,7 +587,10 @@ fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), Not
         }
         Pattern::ConvMeanConv => {
             if q {
-                return na("conv_mean_conv has no qs8 form (the last conv would amplify the mean's step)");
+                return invalid_field(
+                    "dtype",
+                    "conv_mean_conv has no qs8 form (the last conv would amplify the mean's step)",
+                );
             }
             let y = cx.conv(x, case.shape[1], conv_out(case), kernel(case));
             let m = cx.mean(y, &dims, keepdim, false);
@@ -608,7 +598,7 @@ fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), Not
         }
         Pattern::ConvSubMean => {
             if q {
-                return na("conv_sub_mean has no qs8 form");
+                return invalid_field("dtype", "conv_sub_mean has no qs8 form");
             }
             let y = cx.conv(x, case.shape[1], conv_out(case), kernel(case));
             vec![cx.sub(y, cx.mean(y, &dims, keepdim, false))]
@@ -628,7 +618,8 @@ fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), Not
         }
     };
     steps.resize(outputs.len(), None);
-    let graph = cx.g.finish(&outputs).map_err(|e| NotApplicable(format!("the case does not build: {e}")))?;
+    let graph =
+        cx.g.finish(&outputs).map_err(|e| InvalidCase::new("pattern", format!("the case does not build: {e}")))?;
     Ok((graph, steps))
 }
 
@@ -647,7 +638,7 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
     let mean = find(graph, &|op| matches!(op, Op::Mean { .. }));
     match kind {
         InvalidKind::DimOutOfRange | InvalidKind::RepeatedDim | InvalidKind::MeanDtypeQs8 => {
-            let Some(m) = mean else { return na("no mean to corrupt") };
+            let Some(m) = mean else { return invalid_field("invalid", "no mean to corrupt") };
             let rank = graph.nodes[graph.nodes[m].inputs[0]].spec.rank() as i64;
             if let Op::Mean { dims, dtype, .. } = &mut graph.nodes[m].op {
                 match kind {
@@ -667,19 +658,19 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
             graph.nodes[x].spec.shape[0] = Dim::fixed(0);
         }
         InvalidKind::MeanOnQs8 => {
-            let Some(m) = mean else { return na("no mean to corrupt") };
+            let Some(m) = mean else { return invalid_field("invalid", "no mean to corrupt") };
             let src = graph.nodes[m].inputs[0];
             match &graph.nodes[src].op {
                 Op::Dequantize(_) => {
                     let q = graph.nodes[src].inputs[0];
                     graph.nodes[m].inputs[0] = q;
                 }
-                _ => return na("mean_on_qs8 needs a qs8 case"),
+                _ => return invalid_field("invalid", "mean_on_qs8 needs a qs8 case"),
             }
         }
         InvalidKind::BadQuantScale | InvalidKind::BadZeroPoint => {
             let Some(qn) = find(graph, &|op| matches!(op, Op::Quantize(_))) else {
-                return na("no quantize to corrupt (needs dtype qs8)");
+                return invalid_field("invalid", "no quantize to corrupt (needs dtype qs8)");
             };
             if let Op::Quantize(p) = &mut graph.nodes[qn].op {
                 if kind == InvalidKind::BadQuantScale {
@@ -690,7 +681,9 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
             }
         }
         InvalidKind::ConvChannelMismatch => {
-            let Some(c) = find(graph, &|op| matches!(op, Op::Conv2d(_))) else { return na("no conv to corrupt") };
+            let Some(c) = find(graph, &|op| matches!(op, Op::Conv2d(_))) else {
+                return invalid_field("invalid", "no conv to corrupt");
+            };
             let mut w = graph.nodes[c].inputs[1];
             if matches!(graph.nodes[w].op, Op::Dequantize(_)) {
                 // Corrupt the int8 constant under the dequantize, and the dequantize's spec.
@@ -698,7 +691,9 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
                 w = graph.nodes[dq].inputs[0];
                 graph.nodes[dq].spec.shape[1].size += 1;
             }
-            let Op::Constant { tensor } = &graph.nodes[w].op else { return na("conv weight is not a constant") };
+            let Op::Constant { tensor } = &graph.nodes[w].op else {
+                return invalid_field("invalid", "conv weight is not a constant");
+            };
             let mut shape = tensor.shape.clone();
             shape[1] += 1;
             let n: usize = shape.iter().product();
@@ -713,11 +708,13 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
         InvalidKind::NotBroadcastable => {
             // Replace the second operand of the first add with a constant whose last dim
             // is one longer (never 1, never equal): it can not broadcast.
-            let Some(a) = find(graph, &|op| matches!(op, Op::Binary(_))) else { return na("no binary op") };
+            let Some(a) = find(graph, &|op| matches!(op, Op::Binary(_))) else {
+                return invalid_field("invalid", "no binary op");
+            };
             let other = graph.nodes[a].inputs[1];
             let spec = graph.nodes[other].spec.clone();
             let mut shape = spec.max_shape();
-            let Some(last) = shape.last_mut() else { return na("0-D operand") };
+            let Some(last) = shape.last_mut() else { return invalid_field("invalid", "0-D operand") };
             *last += 1;
             let n: usize = shape.iter().product();
             let t = Tensor::from_f64(&shape, spec.dtype, None, &vec![1.0; n]);
@@ -727,7 +724,7 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
         }
         InvalidKind::DynamicAboveBound => {
             if case.dynamic.is_empty() {
-                return na("dynamic_above_bound needs a dynamic dim");
+                return invalid_field("invalid", "dynamic_above_bound needs a dynamic dim");
             }
         }
     }

@@ -140,3 +140,10 @@ fn real_pte_programs_are_gated_against_limits() {
 
     assert!(gate::gate_pte(b"not a pte file at all", &limits(&["XNNStaticTranspose=2"], &[], None)).is_err());
 }
+
+#[test]
+fn only_with_a_name_that_matches_nothing_is_an_error() {
+    let e = gate::compute(&["no_such_program".into()]).expect_err("--only matching nothing must fail");
+    assert!(e.to_string().contains("matches no program"), "{e}");
+    assert!(gate::compute(&["gap_1x8x6x6".into()]).is_ok());
+}

@@ -168,10 +168,14 @@ fn a_truncating_fp16_or_bf16_conversion_fails_in_the_normal_range() {
             let x: Vec<f64> = (0..rows * n).map(|_| rng.range(0.5, 2.0)).collect();
             let input = Tensor::from_f64(&[rows, n], dt, None, &x);
             let want = &reference::eval::run(&built.graph, std::slice::from_ref(&input)).unwrap()[0];
-            let mag = reference::eval::run(built.magnitude(&case).unwrap(), &magnitude_inputs(&case, &[input.clone()]))
-                .unwrap()[0]
+            let mag = reference::eval::run(
+                built.magnitude(&case).unwrap(),
+                &magnitude_inputs(&case, std::slice::from_ref(&input)),
+            )
+            .unwrap()[0]
                 .values_f64();
-            let wide = reference::eval::run(built.wide(&case).unwrap(), &wide_inputs(&[input.clone()])).unwrap()[0]
+            let wide = reference::eval::run(built.wide(&case).unwrap(), &wide_inputs(std::slice::from_ref(&input)))
+                .unwrap()[0]
                 .values_f64();
             let ev = Given { magnitude: Some(mag.clone()), peak: 0.0, wide: Some(wide) };
             let tol = tolerance(&case, &built, 0, &case.shape);

@@ -260,7 +260,7 @@ impl<'e> Rule<'e> {
         let m = m.max(r.abs() / self.divisor);
         // `tol.bound(out, r, m)`.
         let bound = self.c1 * m + self.c2 * m + ulp(out, r);
-        if !(d <= bound) {
+        if d > bound {
             return Some(Miss::Beyond { bound, m });
         }
         if d == 0.0 || !self.rounding {
@@ -340,7 +340,7 @@ impl<'t> Prefilter<'t> {
         }
         let m = r.abs() / self.divisor;
         // `tol.bound(out, r, m)`, the same expression as the plain comparison's.
-        if !(d <= self.c1 * m + self.c2 * m + ulp(out, r)) {
+        if d > self.c1 * m + self.c2 * m + ulp(out, r) {
             return false;
         }
         !self.rounding || d == 0.0 || d + ulp(out, r) / 2.0 <= ulp(out, g) / 2.0 + self.c1 * m
