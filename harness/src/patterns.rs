@@ -1,7 +1,7 @@
 //! Graph builders for every [`Pattern`], plus the "magnitude" twin each oracle uses to
 //! derive its tolerance.
 //!
-//! A case builds two graphs from the same knobs:
+//! A case builds up to three graphs from the same knobs:
 //! - the **graph under test**, exactly as the case describes it;
 //! - its **magnitude graph** (fp32, same structure): inputs replaced by `|x|`, weights by
 //!   `|w|`, subtraction by addition, quantize/dequantize dropped. Evaluated by the reference,
@@ -9,7 +9,14 @@
 //!   output `i`, which scales every rounding error made on the way (see `oracle::outputs`).
 //!   Where a normalizer is computed from a value that itself carries rounding error (QK-norm
 //!   after a linear), the magnitude graph multiplies by `1 + r / r_M` to cover the error of
-//!   the normalizer (`r` from the true values, `r_M` from the magnitudes).
+//!   the normalizer (`r` from the true values, `r_M` from the magnitudes). Each op that
+//!   rounds and may underflow is clamped to at least the smallest normal value of the type
+//!   the graph rounds to, and an RMSNorm output is multiplied by `1 + λ r^2` (the underflow
+//!   term, derived in `oracle::outputs`). Weights and scalars are the graph's own, made
+//!   exactly fp32 before their absolute values are taken;
+//! - for cases whose output is their only rounding below fp32 (a mean, a mean of `x + x`),
+//!   a **wide twin**: the same graph in fp32 (fp16/bf16 inputs and constants converted
+//!   exactly), which gives the exact value rounded to fp32 for the rounding-mode rule.
 //!
 //! qs8 patterns use power-of-two scales and inputs on the input's quantization grid, so every
 //! quantize before the last one is exact in any correct implementation and the last one may
@@ -406,7 +413,13 @@ impl Ctx<'_> {
 
     fn mean(&self, x: T, dims: &[i64], keepdim: bool, with_dtype: bool) -> T {
         match self.case.mean_dtype {
-            Some(d) if with_dtype && !self.abs && !self.wide => self.g.mean_dtype(x, dims, keepdim, d),
+            Some(d) if with_dtype && self.wide => {
+                // `dtype=` casts the input before the mean (PyTorch, and the reference): the
+                // wide twin casts it too, then widens the cast values exactly.
+                let cast = self.g.to_dtype(self.g.to_dtype(x, d), ElemType::F32);
+                self.g.mean(cast, dims, keepdim)
+            }
+            Some(d) if with_dtype && !self.abs => self.g.mean_dtype(x, dims, keepdim, d),
             _ => self.rounded(self.g.mean(x, dims, keepdim)),
         }
     }
@@ -913,5 +926,12 @@ mod tests {
         let c = Case { dtype: ElemType::F16, ..Case::new(Pattern::RmsNorm, &[2, 4], &[-1], true) };
         let b = build(&c).unwrap();
         assert!(!b.rounds_once && b.wide(&c).is_none());
+        // `mean(dtype=fp16)` of fp32 values averages the values cast to fp16 (fuzz seed
+        // 20261202, case 3215045: a false alarm while the wide twin averaged the fp32 ones).
+        let c = Case { mean_dtype: Some(ElemType::F16), ..Case::new(Pattern::Mean, &[1, 2], &[-1], true) };
+        let b = build(&c).unwrap();
+        let x = Tensor::f32(&[1, 2], vec![1.0 + 2f32.powi(-12), 3.0]);
+        let v = reference::eval::run(b.wide(&c).unwrap(), &wide_inputs(&[x])).unwrap()[0].values_f64();
+        assert_eq!(v, vec![2.0]);
     }
 }
