@@ -722,7 +722,9 @@ fn main_reasons_are_executorchs_words() {
         let p = low(&g.finish(&[y]).unwrap(), Main);
         p.summary.outside.iter().map(|o| o.reason.clone()).collect::<Vec<_>>()
     };
-    let cases: [(&[i64], bool, Option<ElemType>, &[usize], &str); 6] = [
+    /// dims, keepdim, dtype argument, input shape, reason.
+    type Row<'a> = (&'a [i64], bool, Option<ElemType>, &'a [usize], &'a str);
+    let cases: [Row; 6] = [
         (&[-1], true, None, &[2, 8], "mean.dim only supports averaging 4D tensors, got tensor of rank 2"),
         // Rank first: a 5-D GAP-like mean is refused for its rank.
         (&[2, 3], true, None, &[1, 2, 3, 3, 2], "mean.dim only supports averaging 4D tensors, got tensor of rank 5"),

@@ -659,7 +659,8 @@ fn order_units(
         let mut inputs = Vec::new();
         for &m in &members {
             for &i in &g.nodes[m].inputs {
-                if !in_part[i] && !inputs.contains(&i) && !(is_const(g, i) && owns_constant(g, u, &in_part, i)) {
+                let owned = in_part[i] || is_const(g, i) && owns_constant(g, u, &in_part, i);
+                if !owned && !inputs.contains(&i) {
                     inputs.push(i);
                 }
             }
