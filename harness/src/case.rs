@@ -9,7 +9,7 @@
 //!
 //! | field | meaning | default |
 //! |---|---|---|
-//! | `pattern` | graph shape, see [`Pattern`] (`mean`, `add_mean`, `gap`, `rms_norm`, `qk_norm`, `pre_norm_mlp`, `conv_mean`, `conv_mean_conv`, `conv_sub_mean`, `shared_input`) | required |
+//! | `pattern` | graph shape, see [`Pattern`] (`mean`, `add_mean`, `gap`, `rms_norm`, `qk_norm`, `pre_norm_mlp`, `conv_mean`, `conv_mean_conv`, `conv_sub_mean`, `shared_input`, `adaptive_pool`) | required |
 //! | `shape` | logical (NCHW) shape of the main input; for dynamic dims, the upper bound | required |
 //! | `dims` | the `mean.dim` dims list (any order, negative allowed, `[]` = all dims) | `[]` |
 //! | `keepdim` | `keepdim` of the mean | `false` |
@@ -23,7 +23,7 @@
 //! | `seed` | seed of the input data and of the weights | `0` |
 //! | `specials` | include ±0, subnormals, ±inf and NaN in the input data | `false` |
 //! | `param` | pattern knob: conv output channels, heads of a QK-norm, MLP hidden size | `0` (pattern default) |
-//! | `variant` | pattern knob: conv kernel size (1 or 3), GAP dims order, order of the shared-input users, qs8 mean: a requantizing copy first (bit 0; bit 1: a reshape) | `0` |
+//! | `variant` | pattern knob: conv kernel size (1 or 3), GAP dims order, order of the shared-input users, qs8 mean: a requantizing copy first (bit 0; bit 1: a reshape), `adaptive_pool`: no conv before the pool (bit 1) | `0` |
 //! | `invalid` | make the graph invalid on purpose, see [`InvalidKind`] | none |
 //! | `inputs` | inline input tensors, one per run shape per graph input (see [`InlineTensor`]); replaces the seed for graph inputs | none |
 //! | `xfail` | a known open bug: replay expects this case to fail, and says so when it passes | none |
@@ -89,14 +89,18 @@ pub enum Pattern {
     ConvSubMean,
     /// One input (under qs8: one dequantize) feeding both a mean and a conv.
     SharedInput,
+    /// `F.adaptive_avg_pool2d(conv2d(x), 1)` (variant bit 1: of `x` itself), a CNN head:
+    /// `to_edge` makes it `mean([-1, -2], keepdim=True)`, so it lowers to GAP in every mode.
+    AdaptivePool,
 }
 
 impl Pattern {
     /// Ordered simplest first: shrinking moves toward the front.
-    pub const ALL: [Pattern; 10] = [
+    pub const ALL: [Pattern; 11] = [
         Pattern::Mean,
         Pattern::AddMean,
         Pattern::Gap,
+        Pattern::AdaptivePool,
         Pattern::RmsNorm,
         Pattern::ConvMean,
         Pattern::ConvSubMean,
@@ -118,6 +122,7 @@ impl Pattern {
             Pattern::ConvMeanConv => "conv_mean_conv",
             Pattern::ConvSubMean => "conv_sub_mean",
             Pattern::SharedInput => "shared_input",
+            Pattern::AdaptivePool => "adaptive_pool",
         }
     }
 
@@ -125,7 +130,12 @@ impl Pattern {
     pub fn needs_rank4(self) -> bool {
         matches!(
             self,
-            Pattern::Gap | Pattern::ConvMean | Pattern::ConvMeanConv | Pattern::ConvSubMean | Pattern::SharedInput
+            Pattern::Gap
+                | Pattern::ConvMean
+                | Pattern::ConvMeanConv
+                | Pattern::ConvSubMean
+                | Pattern::SharedInput
+                | Pattern::AdaptivePool
         )
     }
 
@@ -162,10 +172,13 @@ pub enum InvalidKind {
     NotBroadcastable,
     /// A run whose dynamic dim is above its bound (dynamic class, at run time).
     DynamicAboveBound,
+    /// `adaptive_avg_pool2d` with output size [2, 2], which the graph language does not
+    /// model (shape class).
+    PoolOutputSize,
 }
 
 impl InvalidKind {
-    pub const ALL: [InvalidKind; 11] = [
+    pub const ALL: [InvalidKind; 12] = [
         InvalidKind::DimOutOfRange,
         InvalidKind::RepeatedDim,
         InvalidKind::RankTooHigh,
@@ -177,6 +190,7 @@ impl InvalidKind {
         InvalidKind::ConvChannelMismatch,
         InvalidKind::NotBroadcastable,
         InvalidKind::DynamicAboveBound,
+        InvalidKind::PoolOutputSize,
     ];
 }
 

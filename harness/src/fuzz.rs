@@ -66,7 +66,7 @@ pub struct FuzzArgs {
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Only these patterns (repeatable): mean, add_mean, gap, rms_norm, qk_norm,
-    /// pre_norm_mlp, conv_mean, conv_mean_conv, conv_sub_mean, shared_input.
+    /// pre_norm_mlp, conv_mean, conv_mean_conv, conv_sub_mean, shared_input, adaptive_pool.
     #[arg(long = "pattern")]
     pub patterns: Vec<String>,
     /// Only these dtypes (repeatable): f32, f16, bf16, qs8.

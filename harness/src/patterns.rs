@@ -170,6 +170,9 @@ fn check_case(case: &Case) -> Result<(), NotApplicable> {
     if case.dtype == ElemType::Qs8 && case.mean_dtype.is_some() {
         return invalid_field("mean_dtype", "qs8 cases take no dtype argument");
     }
+    if case.pattern == Pattern::AdaptivePool && case.mean_dtype.is_some() {
+        return invalid_field("mean_dtype", "adaptive_avg_pool2d takes no dtype argument");
+    }
     if matches!(case.pattern, Pattern::QkNorm | Pattern::PreNormMlp) && !case.dynamic.is_empty() {
         return invalid_field("dynamic", "reshape and linear patterns take static shapes");
     }
@@ -197,6 +200,11 @@ fn kernel(case: &Case) -> usize {
     }
 }
 
+/// `adaptive_pool`: a conv before the pool (variant bit 1 clear).
+fn pool_conv(case: &Case) -> bool {
+    case.variant & 2 == 0
+}
+
 fn heads(case: &Case) -> usize {
     case.param.clamp(1, 16)
 }
@@ -210,12 +218,15 @@ pub fn mean_dims(case: &Case) -> (Vec<i64>, bool) {
         }
         Pattern::RmsNorm | Pattern::QkNorm | Pattern::PreNormMlp => (vec![-1], true),
         Pattern::ConvMeanConv | Pattern::ConvSubMean => (vec![1], true),
+        // What `to_edge` makes of the pool.
+        Pattern::AdaptivePool => (vec![-1, -2], true),
         _ => (case.dims.clone(), case.keepdim),
     }
 }
 
 fn is_gap_only(case: &Case) -> bool {
-    let gap_patterns = [Pattern::Mean, Pattern::AddMean, Pattern::Gap, Pattern::ConvMean, Pattern::SharedInput];
+    let gap_patterns =
+        [Pattern::Mean, Pattern::AddMean, Pattern::Gap, Pattern::ConvMean, Pattern::SharedInput, Pattern::AdaptivePool];
     if case.invalid.is_some() || case.dtype == ElemType::Bf16 || case.shape.len() != 4 {
         return false;
     }
@@ -269,6 +280,8 @@ fn chain_cost(case: &Case) -> (usize, usize) {
         Pattern::ConvMeanConv => (c * k * k + conv_out(case) + k * k, 3),
         Pattern::ConvSubMean => (c * k * k + conv_out(case), 3),
         Pattern::SharedInput => ((c * k * k).max(n), 1),
+        Pattern::AdaptivePool if pool_conv(case) => (c * k * k + n, 2),
+        Pattern::AdaptivePool => (n, 1),
     }
 }
 
@@ -306,7 +319,8 @@ pub fn qs8_exact(case: &Case, shape: &[usize], o: usize) -> bool {
         (Pattern::Mean | Pattern::AddMean | Pattern::Gap, 0) | (Pattern::SharedInput, 0) => {
             mean_ok(reduced_count(&dims, shape))
         }
-        (Pattern::ConvMean, 0) => {
+        (Pattern::AdaptivePool, 0) if !pool_conv(case) => mean_ok(reduced_count(&dims, shape)),
+        (Pattern::ConvMean | Pattern::AdaptivePool, 0) => {
             // The conv keeps H and W (stride 1, padding k/2) and gives `conv_out` channels.
             let mut y = shape.to_vec();
             y[1] = conv_out(case);
@@ -616,6 +630,15 @@ fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), Not
             let y = cx.conv(x, case.shape[1], conv_out(case), kernel(case));
             vec![cx.sub(y, cx.mean(y, &dims, keepdim, false))]
         }
+        Pattern::AdaptivePool => {
+            let y = if pool_conv(case) {
+                cx.qdq(cx.conv(x, case.shape[1], conv_out(case), kernel(case)), Q_CONV)
+            } else {
+                x
+            };
+            steps.push(step(Q_MEAN));
+            vec![cx.qdq(g.adaptive_avg_pool2d(y, [1, 1]), Q_MEAN)]
+        }
         Pattern::SharedInput => {
             // Variant bit 1: the conv is defined (visited) before the mean.
             let conv_first = case.variant & 2 != 0;
@@ -735,6 +758,12 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
             insert_front(graph, Op::Constant { tensor: t.clone() }, TensorSpec::of(&t));
             graph.nodes[a + 1].inputs[1] = 0;
         }
+        InvalidKind::PoolOutputSize => {
+            let Some(p) = find(graph, &|op| matches!(op, Op::AdaptiveAvgPool2d { .. })) else {
+                return invalid_field("invalid", "pool_output_size needs an adaptive_avg_pool2d to corrupt");
+            };
+            graph.nodes[p].op = Op::AdaptiveAvgPool2d { output_size: [2, 2] };
+        }
         InvalidKind::DynamicAboveBound => {
             if case.dynamic.is_empty() {
                 return invalid_field("invalid", "dynamic_above_bound needs a dynamic dim");
@@ -798,7 +827,14 @@ mod tests {
 
     #[test]
     fn qs8_patterns_wrap_in_quantize_and_know_their_step() {
-        for p in [Pattern::Mean, Pattern::AddMean, Pattern::Gap, Pattern::ConvMean, Pattern::SharedInput] {
+        for p in [
+            Pattern::Mean,
+            Pattern::AddMean,
+            Pattern::Gap,
+            Pattern::ConvMean,
+            Pattern::SharedInput,
+            Pattern::AdaptivePool,
+        ] {
             let mut c = case(p, &[1, 3, 4, 5]);
             c.dtype = ElemType::Qs8;
             let b = build(&c).unwrap();
@@ -825,11 +861,15 @@ mod tests {
             (BadZeroPoint, ErrorClass::Quant),
             (ConvChannelMismatch, ErrorClass::Conv),
             (NotBroadcastable, ErrorClass::Shape),
+            (PoolOutputSize, ErrorClass::Shape),
         ];
         for (kind, class) in expect {
             let mut c = case(Pattern::ConvMean, &[1, 3, 4, 5]);
             if matches!(kind, MeanOnQs8 | BadQuantScale | BadZeroPoint | NotBroadcastable) {
                 c = case(Pattern::AddMean, &[1, 3, 4, 5]);
+            }
+            if kind == PoolOutputSize {
+                c = case(Pattern::AdaptivePool, &[1, 3, 4, 5]);
             }
             if matches!(kind, MeanOnQs8 | BadQuantScale | BadZeroPoint) {
                 c.dtype = ElemType::Qs8;
@@ -857,6 +897,24 @@ mod tests {
         assert!(!build(&c).unwrap().gap_only);
         let c = Case::new(Pattern::ConvSubMean, &[1, 2, 3, 3], &[], true);
         assert!(!build(&c).unwrap().gap_only);
+        let c = Case::new(Pattern::AdaptivePool, &[1, 2, 3, 3], &[], false);
+        assert!(build(&c).unwrap().gap_only);
+    }
+
+    #[test]
+    fn adaptive_pool_is_the_pool_of_the_conv_or_the_input() {
+        let mut c = Case::new(Pattern::AdaptivePool, &[1, 3, 4, 5], &[], false);
+        let pools = |b: &Built| b.graph.nodes.iter().filter(|n| matches!(n.op, Op::AdaptiveAvgPool2d { .. })).count();
+        let convs = |b: &Built| b.graph.nodes.iter().filter(|n| matches!(n.op, Op::Conv2d(_))).count();
+        let b = build(&c).unwrap();
+        assert_eq!((pools(&b), convs(&b)), (1, 1));
+        let out = &b.graph.nodes[b.graph.outputs[0]].spec;
+        assert_eq!(out.max_shape(), vec![1, 4, 1, 1]);
+        c.variant = 2;
+        let b = build(&c).unwrap();
+        assert_eq!((pools(&b), convs(&b)), (1, 0));
+        c.mean_dtype = Some(ElemType::F16);
+        assert!(build(&c).is_err());
     }
 
     #[test]

@@ -141,6 +141,11 @@ fn eval_node<'a>(
             let axes = mean_axes(dims, ins[0].rank()).map_err(err)?;
             Cow::Owned(mean(ins[0], &axes, *dtype, &shape, spec.dtype))
         }
+        // Exactly the mean over the last two dims (H, W), keepdim (output size [1, 1] only).
+        Op::AdaptiveAvgPool2d { .. } => {
+            let r = ins[0].rank();
+            Cow::Owned(mean(ins[0], &[r - 2, r - 1], None, &shape, spec.dtype))
+        }
         Op::Conv2d(p) => Cow::Owned(conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype)),
         Op::Binary(op) => Cow::Owned(binary(*op, ins[0], ins[1], &shape, spec.dtype)),
         Op::Square => Cow::Owned(map(ins[0], spec.dtype, |x| x * x)),

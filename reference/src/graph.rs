@@ -189,6 +189,12 @@ pub enum Op {
         keepdim: bool,
         dtype: Option<ElemType>,
     },
+    /// `aten.adaptive_avg_pool2d(x, output_size)` on [N,C,H,W] or [C,H,W]. Only output size
+    /// [1, 1] is modelled: exactly `x.mean([-1, -2], keepdim=True)` (ATen's kernel for that
+    /// size, which is what `to_edge` lowers). Other sizes are a [`GraphErrorKind::PoolOutputSize`].
+    AdaptiveAvgPool2d {
+        output_size: [usize; 2],
+    },
     /// `aten.convolution` 2-D. Inputs: x [N,C,H,W], w [O,C/g,kh,kw], optional b [O].
     Conv2d(Conv2dParams),
     /// Elementwise with broadcasting.
@@ -228,6 +234,7 @@ impl Op {
             Op::Input { .. } => "input",
             Op::Constant { .. } => "constant",
             Op::Mean { .. } => "mean.dim",
+            Op::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",
             Op::Conv2d(_) => "convolution",
             Op::Binary(BinaryOp::Add) => "add",
             Op::Binary(BinaryOp::Sub) => "sub",
@@ -324,6 +331,11 @@ pub enum GraphErrorKind {
     BadPermute { perm: Vec<i64>, rank: usize },
     #[error("clamp bounds invalid: min {min:?}, max {max:?}")]
     BadClamp { min: Option<f32>, max: Option<f32> },
+    #[error(
+        "adaptive_avg_pool2d output size {output_size:?} not supported: only [1, 1] (the mean over H and W) is \
+         modelled; other sizes decompose to avg_pool2d, which the graph language does not have"
+    )]
+    PoolOutputSize { output_size: [usize; 2] },
     #[error("expected {expected} inputs, found {found}")]
     WrongInputCount { expected: String, found: usize },
     #[error("input refers to node {id}, which is not defined before this node")]
@@ -350,7 +362,8 @@ impl GraphErrorKind {
             | TooLarge { .. }
             | DataLength { .. }
             | BadReshape { .. }
-            | BadPermute { .. } => ErrorClass::Shape,
+            | BadPermute { .. }
+            | PoolOutputSize { .. } => ErrorClass::Shape,
             DtypeMismatch { .. } | UnsupportedDtype { .. } => ErrorClass::Dtype,
             BadQuantScale { .. } | BadZeroPoint { .. } | QuantParamsMismatch => ErrorClass::Quant,
             ConvChannelMismatch { .. } | ConvGroupMismatch { .. } | BadConvParams { .. } => ErrorClass::Conv,
@@ -563,6 +576,18 @@ fn infer_from_valid(op: &Op, inputs: &[&TensorSpec]) -> Result<TensorSpec, Graph
             }
             let format = if *keepdim { keep_format(x, shape.len()) } else { MemoryFormat::Contiguous };
             TensorSpec { shape, dtype: dtype.unwrap_or(x.dtype), quant: None, format }
+        }
+        Op::AdaptiveAvgPool2d { output_size } => {
+            want_inputs(inputs, 1, 1)?;
+            let x = inputs[0];
+            want_float(x)?;
+            if !matches!(x.rank(), 3 | 4) {
+                return Err(E::RankMismatch { expected: "3 or 4".into(), found: x.rank() });
+            }
+            if *output_size != [1, 1] {
+                return Err(E::PoolOutputSize { output_size: *output_size });
+            }
+            infer_from_valid(&Op::Mean { dims: vec![-1, -2], keepdim: true, dtype: None }, inputs)?
         }
         Op::Conv2d(p) => {
             want_inputs(inputs, 2, 3)?;
@@ -959,6 +984,11 @@ impl GraphBuilder {
     /// `x.mean(dims, keepdim, dtype=dtype)`.
     pub fn mean_dtype(&self, x: T, dims: &[i64], keepdim: bool, dtype: ElemType) -> T {
         self.push(Op::Mean { dims: dims.to_vec(), keepdim, dtype: Some(dtype) }, &[x])
+    }
+
+    /// `F.adaptive_avg_pool2d(x, output_size)` (`nn.AdaptiveAvgPool2d`); only [1, 1] is valid.
+    pub fn adaptive_avg_pool2d(&self, x: T, output_size: [usize; 2]) -> T {
+        self.push(Op::AdaptiveAvgPool2d { output_size }, &[x])
     }
 
     pub fn conv2d(&self, x: T, w: T, b: Option<T>, p: Conv2dParams) -> T {
