@@ -278,10 +278,11 @@ pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
 }
 
 /// The check options the fuzz loop uses for case `index` (see [`CheckOptions::sampled`]),
-/// or the full matrix.
+/// or the full matrix; either way with the fast reference (a failure is then checked again
+/// with the plain one, see `handle_failure`).
 fn loop_options(full: bool, index: u64) -> CheckOptions {
     if full {
-        CheckOptions::default()
+        CheckOptions { reference: engine::Interpreter::Fast, ..CheckOptions::default() }
     } else {
         CheckOptions::sampled(index)
     }
@@ -446,7 +447,8 @@ fn progress_bar(c: &Campaign) -> ProgressBar {
 
 /// Minimizes (unless disabled), saves, and describes one failure.
 fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &CaseReport) -> Found {
-    // The minimizer and replay check the full matrix, so what we save replays anywhere.
+    // The minimizer and replay check the full matrix with the plain reference, so what we
+    // save replays anywhere.
     let full = CheckOptions::default();
     let minimized = if c.minimize {
         let m = minimize::minimize(case, Budget::default(), |cand| {
@@ -630,7 +632,8 @@ pub fn target_differential(data: &[u8]) -> bool {
     if case.numel() > 1 << 16 || crate::patterns::build(&case).is_err() {
         return false;
     }
-    let r = oracle::check(&case, &CheckOptions::default());
+    // The full matrix with the fast reference, as the fuzz loop's (replay uses the plain one).
+    let r = oracle::check(&case, &CheckOptions { reference: engine::Interpreter::Fast, ..CheckOptions::default() });
     if let Some(f) = r.first_failure() {
         panic!(
             "{}

@@ -18,7 +18,7 @@ pub mod outputs;
 pub mod structure;
 
 use crate::case::Case;
-use crate::engine::{self, EngineError, Simd};
+use crate::engine::{self, EngineError, Interpreter, Simd};
 use crate::patterns::{self, Built};
 use delegate::{LoweredProgram, LoweringMode};
 use reference::Tensor;
@@ -124,6 +124,8 @@ pub struct CheckOptions {
     /// (threads, SIMD path, modes) triples; `threads == 0` means "each of the case's thread
     /// counts above 1"; `None` modes means every mode.
     pub configs: Vec<(usize, Simd, Option<Vec<LoweringMode>>)>,
+    /// The reference evaluator: plain everywhere but in the fuzz loop.
+    pub reference: Interpreter,
 }
 
 impl Default for CheckOptions {
@@ -136,6 +138,7 @@ impl Default for CheckOptions {
                 (0, Simd::Best, None),
                 (0, Simd::Fallback, None),
             ],
+            reference: Interpreter::Plain,
         }
     }
 }
@@ -149,7 +152,8 @@ impl CheckOptions {
     pub fn sampled(index: u64) -> CheckOptions {
         let extra = [(1, Simd::Fallback), (0, Simd::Best), (0, Simd::Fallback)][(index % 3) as usize];
         let mode = LoweringMode::ALL[(index / 3 % 3) as usize];
-        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))] }
+        let configs = vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))];
+        CheckOptions { configs, reference: Interpreter::Fast }
     }
 
     /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
@@ -181,6 +185,7 @@ pub struct RefRun<'a> {
     pub outputs: Result<Vec<Tensor>, EngineError>,
     case: &'a Case,
     built: &'a Built,
+    interp: Interpreter,
     values: std::cell::OnceCell<Vec<Vec<f64>>>,
     /// The twin's value of every node, and its outputs' values as f64.
     twin: std::cell::OnceCell<Option<Twin>>,
@@ -218,7 +223,7 @@ impl RefRun<'_> {
                 self.outputs.as_ref().ok()?;
                 let g = self.built.magnitude(self.case)?;
                 let inputs = patterns::magnitude_inputs(self.case, &self.inputs);
-                let all = engine::reference_all(g, &inputs).ok()?;
+                let all = engine::reference_all(g, &inputs, self.interp).ok()?;
                 let outputs = g.outputs.iter().map(|&o| all.get(o).map(|t| t.values_f64())).collect::<Option<_>>()?;
                 Some((all, outputs))
             })
@@ -247,15 +252,15 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
     Ok(inputs)
 }
 
-/// The reference runs of a case (one per run shape).
-pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun<'a>>, String> {
+/// The reference runs of a case (one per run shape), by `interp`.
+pub fn reference_runs<'a>(case: &'a Case, built: &'a Built, interp: Interpreter) -> Result<Vec<RefRun<'a>>, String> {
     let mut runs = vec![];
     for (r, run) in case.runs().iter().enumerate() {
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
         let inputs = case_inputs(case, built, r, &shapes)?;
-        let outputs = engine::reference(&built.graph, &inputs);
+        let outputs = engine::reference(&built.graph, &inputs, interp);
         let (values, twin, peak) = Default::default();
-        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak });
+        runs.push(RefRun { shapes, inputs, outputs, case, built, interp, values, twin, peak });
     }
     Ok(runs)
 }
@@ -281,7 +286,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             return report;
         }
     };
-    let runs = match reference_runs(case, &built) {
+    let runs = match reference_runs(case, &built, opts.reference) {
         Ok(r) => r,
         Err(e) => {
             report.push(OracleKind::Errors, "case", Verdict::Skip(format!("inputs: {e}")));

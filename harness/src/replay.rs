@@ -6,6 +6,7 @@
 //! marked `"xfail"` is a known open bug: replay reports it and expects it to fail.
 
 use crate::case::Case;
+use crate::engine::Interpreter;
 use crate::fuzz::check_caught;
 use crate::oracle::CheckOptions;
 use crate::report;
@@ -43,7 +44,9 @@ pub enum Outcome {
 
 /// Replays one case; returns the outcome and the printable verdicts.
 pub fn replay_case(case: &Case) -> (Outcome, String) {
-    let r = check_caught(case, &CheckOptions::default());
+    // The full matrix against the plain reference, the spec.
+    let opts = CheckOptions { reference: Interpreter::Plain, ..CheckOptions::default() };
+    let r = check_caught(case, &opts);
     let text = report::verdicts(&r);
     let label = r.first_failure().map(|c| c.label());
     let outcome = match (label, &case.xfail) {
