@@ -6,6 +6,8 @@
 //! [`eval`]'s values bit for bit, faster, for the fuzz loop. The delegate reads [`graph`] but
 //! never calls [`eval`] or [`fast`], and shares no kernel with them.
 
+#![forbid(unsafe_code)]
+
 pub mod data;
 pub mod dtype;
 pub mod eval;
