@@ -3,6 +3,8 @@
 //! Generators make [`case`]s, oracles judge them, and the jobs (`fuzz`, `replay`,
 //! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both.
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod case;
 pub mod engine;
