@@ -294,10 +294,11 @@ pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
 }
 
 /// The check options the fuzz loop uses for case `index` (see [`CheckOptions::sampled`]),
-/// or the full matrix.
+/// or the full matrix; either way with the fast reference (a failure is then checked again
+/// with the plain one, see `handle_failure`).
 fn loop_options(full: bool, index: u64) -> CheckOptions {
     if full {
-        CheckOptions::default()
+        CheckOptions { reference: engine::Interpreter::Fast, ..CheckOptions::default() }
     } else {
         CheckOptions::sampled(index)
     }
@@ -476,7 +477,8 @@ fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &C
     let origin = format!("harness fuzz --seed {} (case #{index})", c.seed);
     // On disk before minimizing (which may take long, or be interrupted).
     let first = c.out_dir.as_ref().and_then(|dir| save_regression(dir, case, label, &origin, report).ok());
-    // The minimizer and replay check the full matrix, so what we save replays anywhere.
+    // The minimizer and replay check the full matrix with the plain reference, so what we
+    // save replays anywhere.
     let full = CheckOptions::default();
     let minimized = if c.minimize {
         // Interrupted, it stops shrinking (every further candidate "passes") and keeps the
@@ -652,7 +654,8 @@ pub fn target_differential(data: &[u8]) -> bool {
     if case.numel() > 1 << 16 || crate::patterns::build(&case).is_err() {
         return false;
     }
-    let r = oracle::check(&case, &CheckOptions::default());
+    // The full matrix with the fast reference, as the fuzz loop's (replay uses the plain one).
+    let r = oracle::check(&case, &CheckOptions { reference: engine::Interpreter::Fast, ..CheckOptions::default() });
     if r.invalid.is_some() {
         // A case that can not be run as written (inline tensors of the wrong dtype, run
         // shapes that contradict the input): no verdict, uninteresting.

@@ -18,7 +18,7 @@ pub mod outputs;
 pub mod structure;
 
 use crate::case::{Case, InvalidCase};
-use crate::engine::{self, EngineError, Simd};
+use crate::engine::{self, EngineError, Interpreter, Simd};
 use crate::patterns::{self, Built};
 use delegate::{LoweredProgram, LoweringMode};
 use reference::{ElemType, Tensor};
@@ -140,6 +140,8 @@ pub struct CheckOptions {
     /// Compare outputs with the plain comparison alone, without the pre-filter (`replay`
     /// does: same verdicts, see `outputs::compare`).
     pub plain: bool,
+    /// The reference evaluator: plain everywhere but in the fuzz loop.
+    pub reference: Interpreter,
 }
 
 impl Default for CheckOptions {
@@ -153,6 +155,7 @@ impl Default for CheckOptions {
                 (0, Simd::Fallback, None),
             ],
             plain: false,
+            reference: Interpreter::Plain,
         }
     }
 }
@@ -166,7 +169,8 @@ impl CheckOptions {
     pub fn sampled(index: u64) -> CheckOptions {
         let extra = [(1, Simd::Fallback), (0, Simd::Best), (0, Simd::Fallback)][(index % 3) as usize];
         let mode = LoweringMode::ALL[(index / 3 % 3) as usize];
-        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))], plain: false }
+        let configs = vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))];
+        CheckOptions { configs, plain: false, reference: Interpreter::Fast }
     }
 
     /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
@@ -201,6 +205,7 @@ pub struct RefRun<'a> {
     pub outputs: Result<Vec<Tensor>, EngineError>,
     case: &'a Case,
     built: &'a Built,
+    interp: Interpreter,
     values: std::cell::OnceCell<Vec<Vec<f64>>>,
     /// The twin's value of every node, and its outputs' values as f64.
     twin: std::cell::OnceCell<Option<Twin>>,
@@ -240,7 +245,7 @@ impl RefRun<'_> {
             .get_or_init(|| {
                 self.outputs.as_ref().ok()?;
                 let g = self.built.wide(self.case)?;
-                let outs = engine::reference(g, &patterns::wide_inputs(&self.inputs)).ok()?;
+                let outs = engine::reference(g, &patterns::wide_inputs(&self.inputs), self.interp).ok()?;
                 Some(outs.iter().map(|t| t.values_f64()).collect())
             })
             .as_ref()?
@@ -254,7 +259,7 @@ impl RefRun<'_> {
                 self.outputs.as_ref().ok()?;
                 let g = self.built.magnitude(self.case)?;
                 let inputs = patterns::magnitude_inputs(self.case, &self.inputs);
-                let all = engine::reference_all(g, &inputs).ok()?;
+                let all = engine::reference_all(g, &inputs, self.interp).ok()?;
                 let outputs = g.outputs.iter().map(|&o| all.get(o).map(|t| t.values_f64())).collect::<Option<_>>()?;
                 Some((all, outputs))
             })
@@ -336,8 +341,12 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
 /// The reference runs of a case (one per run shape). A run shape that does not fit the
 /// graph's input (a static dim changed, a dynamic one above its bound) is the case's
 /// mistake, unless the case asks for `dynamic_above_bound`; graph-level invalid kinds leave
-/// the runs to the graph's rejection.
-pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun<'a>>, InvalidCase> {
+/// the runs to the graph's rejection. `interp` evaluates them.
+pub fn reference_runs<'a>(
+    case: &'a Case,
+    built: &'a Built,
+    interp: Interpreter,
+) -> Result<Vec<RefRun<'a>>, InvalidCase> {
     let mut runs = vec![];
     for (r, run) in case.runs().iter().enumerate() {
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
@@ -354,9 +363,9 @@ pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun
             }
         }
         let inputs = case_inputs(case, built, r, &shapes)?;
-        let outputs = engine::reference(&built.graph, &inputs);
+        let outputs = engine::reference(&built.graph, &inputs, interp);
         let (values, twin, peak, wide) = Default::default();
-        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak, wide });
+        runs.push(RefRun { shapes, inputs, outputs, case, built, interp, values, twin, peak, wide });
     }
     Ok(runs)
 }
@@ -377,7 +386,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         Ok(b) => b,
         Err(e) => return CaseReport::invalid(e),
     };
-    let runs = match reference_runs(case, &built) {
+    let runs = match reference_runs(case, &built, opts.reference) {
         Ok(r) => r,
         Err(e) => return CaseReport::invalid(e),
     };

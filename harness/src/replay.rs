@@ -6,6 +6,7 @@
 //! marked `"xfail"` is a known open bug: replay reports it and expects it to fail.
 
 use crate::case::Case;
+use crate::engine::Interpreter;
 use crate::fuzz::check_caught;
 use crate::oracle::CheckOptions;
 use crate::report;
@@ -45,9 +46,10 @@ pub enum Outcome {
 
 /// Replays one case; returns the outcome and the printable verdicts.
 pub fn replay_case(case: &Case) -> (Outcome, String) {
-    // The full matrix, outputs judged by the plain comparison alone (what it prints is what
-    // decided).
-    let r = check_caught(case, &CheckOptions { plain: true, ..CheckOptions::default() });
+    // The full matrix against the plain reference (the spec), outputs judged by the plain
+    // comparison alone (what it prints is what decided).
+    let opts = CheckOptions { plain: true, reference: Interpreter::Plain, ..CheckOptions::default() };
+    let r = check_caught(case, &opts);
     let text = report::verdicts(&r);
     let label = r.first_failure().map(|c| c.label());
     if let Some(e) = &r.invalid {
