@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod bench;
 pub mod case;
 pub mod engine;
@@ -12,6 +13,7 @@ pub mod fuzz;
 pub mod gate;
 pub mod gen;
 pub mod inspect;
+pub mod interrupt;
 pub mod minimize;
 pub mod mutants;
 pub mod oracle;
