@@ -212,7 +212,7 @@ fn rmsnorm_fuses_into_three_groups_and_keeps_its_bits() {
     let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
     let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
     let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
-    let plan = SegmentPlan::compile(0, &loaded, 1, 1).unwrap();
+    let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).unwrap();
     let kinds: Vec<&str> = plan
         .groups
         .iter()
