@@ -12,7 +12,7 @@ pub mod pool;
 mod program;
 pub mod simd;
 
-pub use program::Program;
+pub use program::{Program, SegmentExecutor};
 
 use reference::{ElemType, GraphErrorKind, MemoryFormat};
 

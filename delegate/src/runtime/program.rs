@@ -2,7 +2,7 @@
 //! run in order over program-level slots.
 
 use super::kernels::{portable, Ctx, Scratch, View};
-use super::plan::{BoundInput, Owned, SegmentPlan, SegmentState};
+use super::plan::{BoundInput, Owned, SegmentOutput, SegmentPlan, SegmentState};
 use super::pool::Pool;
 use super::simd::Isa;
 use super::{force_scalar, resolve_simd_with, RunOptions, RuntimeError, SimdLevel};
@@ -88,6 +88,14 @@ struct Loaded {
     spare: Mutex<Vec<RunState>>,
     /// `DELEGATE_FORCE_SCALAR=1` as it was when the program was prepared.
     force_scalar: bool,
+}
+
+/// Runs delegate segments in place of the runtime's plans ([`Program::run_with`]).
+pub trait SegmentExecutor {
+    /// Runs segment `segment` (an index into [`Program::loaded_graphs`]) on `inputs`, bound
+    /// (typed data, physical dims) exactly as the runtime's own plan would get them; returns
+    /// the outputs in segment output order.
+    fn run_segment(&mut self, segment: usize, inputs: &[BoundInput]) -> Result<Vec<SegmentOutput>, RuntimeError>;
 }
 
 /// An executable program. `run` takes `&self`; concurrent calls are serialized.
@@ -325,6 +333,21 @@ impl Program {
 
     /// Runs the program on `inputs` (in graph-input order, each in its slot's memory format).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_steps(inputs, None)
+    }
+
+    /// As [`Program::run`], with every delegate segment run by `exec` instead of this
+    /// runtime's plans (portable ops and hand-offs stay this runtime's): how a whole program
+    /// runs with its segments on another engine.
+    pub fn run_with(&self, inputs: &[Tensor], exec: &mut dyn SegmentExecutor) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_steps(inputs, Some(exec))
+    }
+
+    fn run_steps(
+        &self,
+        inputs: &[Tensor],
+        mut exec: Option<&mut dyn SegmentExecutor>,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         if inputs.len() != self.l.inputs.len() {
             return Err(RuntimeError::InputCount { expected: self.l.inputs.len(), found: inputs.len() });
         }
@@ -376,7 +399,10 @@ impl Program {
                         }
                         bound.push(BoundInput { view: view_of(t), dims });
                     }
-                    let outs = plan.run(&ctx, &mut segments[seg_i], scratch, &bound, i)?;
+                    let outs = match exec.as_deref_mut() {
+                        Some(e) => e.run_segment(seg_i, &bound)?,
+                        None => plan.run(&ctx, &mut segments[seg_i], scratch, &bound, i)?,
+                    };
                     seg_i += 1;
                     drop(bound);
                     for (o, &s) in outs.into_iter().zip(outputs) {
