@@ -89,6 +89,10 @@ pub struct FuzzArgs {
     /// `--pattern`/`--dtype` filters that holds for `--jobs 1` only.
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Run without real XNNPACK (by default every case also runs on it when the library is
+    /// there: see `scripts/fetch-xnnpack.sh`).
+    #[arg(long)]
+    pub no_xnnpack: bool,
     /// Write cargo-fuzz seed corpora built from corpora/ into this folder, then exit.
     #[arg(long, value_name = "DIR")]
     pub export_fuzz_corpus: Option<PathBuf>,
@@ -115,6 +119,8 @@ pub struct Campaign {
     pub case_timeout: Option<Duration>,
     /// Worker threads, each checking its own cases (1: cases run in index order).
     pub jobs: usize,
+    /// Also check every case on real XNNPACK (when the library is there).
+    pub xnnpack: bool,
 }
 
 impl Default for Campaign {
@@ -134,6 +140,7 @@ impl Default for Campaign {
             dtypes: vec![],
             case_timeout: Some(Duration::from_secs(30)),
             jobs: 1,
+            xnnpack: true,
         }
     }
 }
@@ -208,6 +215,7 @@ fn hang_handler(c: &Campaign) -> impl Fn(&Case, u64, Duration) + Send + 'static 
             oracle: oracle::OracleKind::Panic,
             scope: "case".into(),
             verdict: oracle::Verdict::fail("timeout", format!("still running after {ran:.1?}")),
+            engine: None,
         });
         if let Some(dir) = &dir {
             match save_regression(dir, case, label, &format!("harness fuzz --seed {seed} (case #{index})"), &report) {
@@ -279,12 +287,12 @@ pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
 
 /// The check options the fuzz loop uses for case `index` (see [`CheckOptions::sampled`]),
 /// or the full matrix.
-fn loop_options(full: bool, index: u64) -> CheckOptions {
-    if full {
-        CheckOptions::default()
-    } else {
-        CheckOptions::sampled(index)
+fn loop_options(c: &Campaign, index: u64) -> CheckOptions {
+    let mut o = if c.full_matrix { CheckOptions::default() } else { CheckOptions::sampled(index) };
+    if !c.xnnpack {
+        o.xnnpack = None;
     }
+    o
 }
 
 /// The label of a report's first failure.
@@ -384,7 +392,7 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
         if let Some(w) = &watchdog {
             w.watch(&case, this);
         }
-        let report = check_caught(&case, &loop_options(c.full_matrix, this));
+        let report = check_caught(&case, &loop_options(c, this));
         if let Some(w) = &watchdog {
             // Minimizing a failure runs many cases and may take longer than one case.
             w.clear();
@@ -447,7 +455,7 @@ fn progress_bar(c: &Campaign) -> ProgressBar {
 /// Minimizes (unless disabled), saves, and describes one failure.
 fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &CaseReport) -> Found {
     // The minimizer and replay check the full matrix, so what we save replays anywhere.
-    let full = CheckOptions::default();
+    let full = CheckOptions { xnnpack: c.xnnpack.then_some(oracle::XnnpackPlan::FULL), ..CheckOptions::default() };
     let minimized = if c.minimize {
         let m = minimize::minimize(case, Budget::default(), |cand| {
             failure_label(&check_caught(cand, &full)).as_deref() == Some(label)
@@ -725,6 +733,7 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
             Some(j) => j,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
+        xnnpack: !args.no_xnnpack,
     };
     let limit = match (campaign.max_cases, campaign.duration) {
         (Some(n), Some(d)) => format!("{n} cases or {:.0} s", d.as_secs_f64()),

@@ -152,7 +152,7 @@ impl Builder<'_> {
         let dims: Vec<usize> = v.dims.iter().map(|&d| d as usize).collect();
         let data = match v.constant_buffer_idx {
             0 => None,
-            k => Some(Static(Buffer::from_bytes(&self.constant(k).map_err(what)?))),
+            k => Some(Static(Buffer::from_bytes(self.constant(k).map_err(what)?))),
         };
         let status = |s: RawStatus| Refusal {
             stage: Stage::Define,
@@ -193,7 +193,7 @@ impl Builder<'_> {
     }
 
     /// The bytes of constant buffer `k`, from the payload's constant region.
-    fn constant(&self, k: u32) -> Result<Vec<u8>, String> {
+    fn constant(&self, k: u32) -> Result<&[u8], String> {
         let cd = self.g.constant_data.get(k as usize).ok_or_else(|| format!("constant buffer {k} missing"))?;
         if cd.named_key.is_some() || cd.offset == u64::MAX {
             return Err(format!("constant buffer {k} is named data (not in the payload)"));
@@ -201,7 +201,7 @@ impl Builder<'_> {
         let start = usize::try_from(cd.offset).ok();
         let end = start.and_then(|s| s.checked_add(usize::try_from(cd.size).ok()?));
         match (start, end) {
-            (Some(s), Some(e)) if e <= self.g.constant_bytes.len() => Ok(self.g.constant_bytes[s..e].to_vec()),
+            (Some(s), Some(e)) if e <= self.g.constant_bytes.len() => Ok(&self.g.constant_bytes[s..e]),
             _ => Err(format!("constant buffer {k} lies outside the constant region")),
         }
     }
@@ -243,12 +243,11 @@ impl Builder<'_> {
         let at = (ni, n.kind.type_name());
         let (min, max) = n.output_min_max.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
         let codes = self.codes;
-        let out_id = n.kind.output().unwrap_or(INVALID_VALUE_ID);
-        let dts = self.datatypes(&n.kind.inputs(), out_id);
+        // The datatypes are filled in by `compile` on the way out (only refusals pay for them).
         let failed = |s: RawStatus| Refusal {
             stage: Stage::Define,
             node: Some(at),
-            datatype: Some(dts.clone()),
+            datatype: None,
             status: Some(s),
             reason: String::new(),
         };
@@ -463,7 +462,12 @@ pub fn compile(x: &Xnnpack, g: &XnnGraph, n_inputs: usize, pool: &ThreadPool, fl
         ));
     }
     for (ni, n) in g.nodes.iter().enumerate() {
-        b.define_node(ni, n)?;
+        b.define_node(ni, n).map_err(|mut r| {
+            if r.datatype.is_none() {
+                r.datatype = Some(b.datatypes(&n.kind.inputs(), n.kind.output().unwrap_or(INVALID_VALUE_ID)));
+            }
+            r
+        })?;
     }
     let runtime = b.sub.create_runtime(&pool.0, flags).map_err(|s| {
         refuse(Stage::Create, None, Some(s), format!("xnn_create_runtime_v2 on {} threads", pool.threads()))
@@ -499,20 +503,29 @@ impl Segment {
             }
             let id = k as u32;
             self.runtime.reshape_external(id, dims).map_err(|s| reshape(s, format!("input {k} to {dims:?}")))?;
-            let mut buf = Buffer::zeroed(n * dt.size());
-            view_bytes(v, buf.as_bytes_mut());
-            self.runtime
-                .bind(id, buf)
-                .map_err(|s| refuse(Stage::Setup, None, Some(s), format!("binding input {k}")))?;
+            // The last run's buffer when it is large enough (then no allocation).
+            let bytes = n * dt.size();
+            match self.runtime.buffer_mut(id).filter(|b| b.len() >= bytes) {
+                Some(b) => view_bytes(v, &mut b[..bytes]),
+                None => {
+                    let mut buf = Buffer::zeroed(bytes);
+                    view_bytes(v, buf.as_bytes_mut());
+                    self.runtime
+                        .bind(id, buf)
+                        .map_err(|s| refuse(Stage::Setup, None, Some(s), format!("binding input {k}")))?;
+                }
+            }
         }
         self.runtime.reshape().map_err(|s| reshape(s, format!("xnn_reshape_runtime over {} nodes", self.nodes)))?;
         for (k, &dt) in self.outputs.iter().enumerate() {
             let id = (self.inputs.len() + k) as u32;
             let dims = self.runtime.external_shape(id).map_err(|s| reshape(s, format!("shape of output {k}")))?;
-            let n: usize = dims.iter().product();
-            self.runtime
-                .bind(id, Buffer::zeroed(n * dt.size()))
-                .map_err(|s| refuse(Stage::Setup, None, Some(s), format!("binding output {k}")))?;
+            let bytes = dims.iter().product::<usize>() * dt.size();
+            if self.runtime.buffer(id).is_none_or(|b| b.len() < bytes) {
+                self.runtime
+                    .bind(id, Buffer::zeroed(bytes))
+                    .map_err(|s| refuse(Stage::Setup, None, Some(s), format!("binding output {k}")))?;
+            }
         }
         self.runtime.setup().map_err(|s| refuse(Stage::Setup, None, Some(s), "xnn_setup_runtime_v2"))
     }

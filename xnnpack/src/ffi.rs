@@ -724,6 +724,12 @@ impl Runtime {
         self.externals.iter().find(|e| e.0 == id).and_then(|e| e.2.as_ref())
     }
 
+    /// The bytes of the buffer bound to `id`, to write between invokes (the buffer stays where
+    /// it is, so a `setup` made with it stays valid).
+    pub fn buffer_mut(&mut self, id: u32) -> Option<&mut [u8]> {
+        self.externals.iter_mut().find(|e| e.0 == id).and_then(|e| e.2.as_mut()).map(Buffer::as_bytes_mut)
+    }
+
     /// `xnn_setup_runtime_v2` with every external value's buffer, each checked to hold its value
     /// at the current shape.
     pub fn setup(&mut self) -> Result<(), RawStatus> {

@@ -68,6 +68,11 @@ impl Segments {
         &mut self.segments
     }
 
+    /// How many segments there are.
+    pub fn len(&self) -> usize {
+        self.segments.len()
+    }
+
     /// Successful `xnn_invoke_runtime` calls so far.
     pub fn invocations(&self) -> u64 {
         self.invocations
