@@ -18,6 +18,7 @@
 use crate::case::{Case, Pattern};
 use crate::engine;
 use crate::gen::{nth_case, GenConfig};
+use crate::inflight;
 use crate::minimize::{self, Budget};
 use crate::oracle::{self, CaseReport, CheckOptions};
 use crate::report::{self, Coverage};
@@ -329,6 +330,16 @@ struct Shared {
 
 fn campaign_inner(c: &Campaign) -> Outcome {
     let start = Instant::now();
+    // Cases a previous run died on (a crash inside real XNNPACK): reported as failures.
+    let crashed = c.out_dir.as_deref().map(inflight::collect).unwrap_or_default();
+    for k in &crashed {
+        eprintln!(
+            "a previous run died while checking a case (`{}`); saved to {}; replay with: cargo run --release -p harness -- replay {}",
+            k.origin,
+            k.saved.display(),
+            k.saved.display()
+        );
+    }
     let bar = if c.progress { Some(progress_bar(c)) } else { None };
     let shared = Shared {
         start,
@@ -346,16 +357,25 @@ fn campaign_inner(c: &Campaign) -> Outcome {
         for w in 1..c.jobs.max(1) {
             let (shared, bar) = (&shared, bar.as_ref());
             // A worker that cannot start leaves its share to the others.
-            let _ =
-                std::thread::Builder::new().name(format!("fuzz-{w}")).spawn_scoped(s, move || worker(c, shared, bar));
+            let _ = std::thread::Builder::new()
+                .name(format!("fuzz-{w}"))
+                .spawn_scoped(s, move || worker(c, shared, bar, w));
         }
-        worker(c, &shared, bar.as_ref());
+        worker(c, &shared, bar.as_ref(), 0);
     });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
     let mut outcome = shared.outcome.into_inner().unwrap_or_else(|e| e.into_inner());
     outcome.found.sort_by_key(|f| f.index);
+    for k in crashed {
+        let detail = format!("  the process died while checking it ({})\n", k.origin);
+        let (original, minimized) = (k.case.clone(), k.case);
+        outcome.found.insert(
+            0,
+            Found { index: 0, label: "crash/signal".into(), original, minimized, detail, path: Some(k.saved) },
+        );
+    }
     outcome.filtered = shared.filtered.into_inner();
     outcome.elapsed = start.elapsed();
     outcome
@@ -363,12 +383,15 @@ fn campaign_inner(c: &Campaign) -> Outcome {
 
 /// One worker of a campaign: takes case numbers from the shared counter until a limit, a
 /// failure (without `--keep-going`) or another worker stops the campaign.
-fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
+fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>, id: usize) {
     let (shard, nshards) = c.shard;
     let plain_status = c.progress && !std::io::stderr().is_terminal();
     let watchdog = c.case_timeout.map(|t| Watchdog::start(t, hang_handler(c)));
     let mut local = Outcome::default();
     let unfiltered = c.patterns.is_empty() && c.dtypes.is_empty();
+    // The case in flight, on disk while it runs (real XNNPACK, and our SIMD kernels, are code
+    // that can crash the process: see `inflight`).
+    let mut in_flight = c.out_dir.as_deref().and_then(|d| inflight::InFlight::open(d, id).ok());
     while !sh.stop.load(Ordering::Acquire) && c.duration.is_none_or(|d| sh.start.elapsed() < d) {
         let t = sh.next.fetch_add(1, Ordering::Relaxed);
         if unfiltered && c.max_cases.is_some_and(|m| t >= m) {
@@ -391,6 +414,9 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
         }
         if let Some(w) = &watchdog {
             w.watch(&case, this);
+        }
+        if let Some(f) = &mut in_flight {
+            f.record(&case, this, c.seed);
         }
         let report = check_caught(&case, &loop_options(c, this));
         if let Some(w) = &watchdog {
@@ -575,7 +601,10 @@ pub fn corpus_files(corpora: &Path) -> Result<Vec<PathBuf>> {
             for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
                 let p = e?.path();
                 if p.is_dir() {
-                    stack.push(p);
+                    // Not `.in-flight/` (see `inflight`): the fuzz job's own working files.
+                    if !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                        stack.push(p);
+                    }
                 } else if p.extension().is_some_and(|x| x == "json" || x == "jsonl") {
                     files.push(p);
                 }

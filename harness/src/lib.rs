@@ -1,7 +1,10 @@
 //! The harness: cases, generators, oracles and the command-line jobs.
 //!
 //! Generators make [`case`]s, oracles judge them, and the jobs (`fuzz`, `replay`,
-//! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both.
+//! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both. Every call into the
+//! reference, the delegate and real XNNPACK goes through [`engine`].
+
+#![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod case;
@@ -9,6 +12,7 @@ pub mod engine;
 pub mod fuzz;
 pub mod gate;
 pub mod gen;
+pub mod inflight;
 pub mod inspect;
 pub mod minimize;
 pub mod mutants;
