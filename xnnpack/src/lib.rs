@@ -188,7 +188,9 @@ pub fn for_test(test: &str) -> Option<&'static Xnnpack> {
         Ok(l) => Some(l),
         Err(e) if required() => panic!("{REQUIRE_ENV}=1 but real XNNPACK is unavailable: {e}"),
         Err(e) => {
-            eprintln!("skipping {test}: real XNNPACK is unavailable: {e}");
+            // Straight to the process's stderr: the test harness captures `eprintln!`.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "skipping {test}: real XNNPACK is unavailable: {e}");
             None
         }
     }

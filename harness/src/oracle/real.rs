@@ -117,6 +117,9 @@ pub fn execute(
     ours_ran: bool,
     threads: &[usize],
 ) -> RealExec {
+    if !program.steps.iter().any(|s| matches!(s, Step::Delegate(_))) {
+        return skip("no delegate segment: nothing runs on XNNPACK");
+    }
     let engine = engine::Xnnpack::new();
     let Some(lib) = engine.library() else {
         return skip(engine::Engine::unavailable(&engine).unwrap_or_default());
