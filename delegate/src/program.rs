@@ -18,7 +18,10 @@ pub struct LoweredProgram {
     /// ops, segment outputs. The spec's `format` is the physical layout of the hand-off
     /// (a slot written by a delegate from an NHWC value is `ChannelsLast`).
     pub slots: Vec<TensorSpec>,
-    /// Constant data of slots read by portable ops.
+    /// Constant slots: the data of every constant a portable op reads or a delegate takes
+    /// as an external input (ExecuTorch feeds those from the program's constant segment;
+    /// only a conv's or linear's weight and bias are lifted into the delegate's payload).
+    /// A runner fills these slots before the first step, like the graph inputs.
     pub constants: Vec<(SlotId, Tensor)>,
     /// Graph inputs, in call order.
     pub inputs: Vec<SlotId>,

@@ -29,7 +29,7 @@ fn sha(b: &[u8]) -> String {
 
 fn patterns(m: &Value) -> Vec<(&String, &Value)> {
     let p: Vec<_> = m["patterns"].as_object().expect("patterns").iter().collect();
-    assert_eq!(p.len(), 5, "the fixture set has five patterns");
+    assert_eq!(p.len(), 6, "the fixture set has six patterns in its manifest (f has none)");
     p
 }
 
@@ -149,7 +149,7 @@ fn every_payload_decodes_to_its_manifest() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 6, "six payloads in the fixture set");
+    assert_eq!(checked, 8, "eight payloads in the fixture set");
 }
 
 #[test]
@@ -260,4 +260,47 @@ fn named_constants_inline_from_the_pte() {
             }
         }
     }
+}
+
+#[test]
+fn e_feeds_its_constants_from_the_program_constant_segment() {
+    // RMSNorm's `eps` and weight are not XNNPACK constants: the second payload takes them as
+    // external inputs (flags 1, no constant entry but the reserved one), and the .pte keeps
+    // them in its constant segment (segment 0: the 1024-byte weight at offset 0, `eps` at
+    // 1024), which no named-data key refers to.
+    let m = manifest();
+    let e = &m["patterns"]["e"];
+    assert_eq!(e["program_constant_segment_used"], true);
+    assert_eq!(e["pte"]["constant_segment"]["segment_index"], 0);
+    assert_eq!(e["pte"]["constant_segment"]["offsets"], serde_json::json!([0, 0, 1024]));
+    let bytes = read("e.pte");
+    let f = pte::parse(&bytes).unwrap();
+    assert!(f.named_data.is_empty());
+    let seg = &f.segments[0];
+    assert_eq!((seg.file_offset, seg.size), (1664, 1028));
+    let data = &bytes[seg.file_offset as usize..][..seg.size as usize];
+    let eps = f32::from_le_bytes(data[1024..1028].try_into().unwrap());
+    assert_eq!(eps, 1e-6);
+    let g = load_lenient(&read("e.d1.xnn")).unwrap();
+    assert_eq!((g.num_externs, g.input_ids.clone(), g.constant_data.len()), (5, vec![0, 1, 4, 6], 1));
+    let ext_in: Vec<(u32, Vec<u32>)> = g
+        .values
+        .iter()
+        .filter(|v| v.flags == delegate::xnn::VALUE_FLAG_EXTERNAL_INPUT)
+        .map(|v| (v.external_id, v.dims.clone()))
+        .collect();
+    assert_eq!(ext_in, vec![(0, vec![1, 16, 1]), (1, vec![1]), (2, vec![1, 16, 256]), (3, vec![256])]);
+}
+
+#[test]
+fn f_has_no_delegate_and_runs_the_portable_mean() {
+    // x.mean(-1) with keepdim=False: ExecuTorch 1.5.1 (before the change) delegates nothing.
+    let bytes = read("f.pte");
+    assert_eq!(bytes.len(), 1024);
+    assert_eq!(sha(&bytes), "20a39f959d340fac9082332415c1d074c47da6a804af019c0fa1fbc6c4185a34");
+    let f = pte::parse(&bytes).unwrap();
+    assert!(f.extended_header.is_none());
+    assert_eq!(f.delegates.len(), 0);
+    assert_eq!(f.operators, vec!["aten::mean.out"]);
+    assert!(pte::xnnpack_payloads(&bytes).unwrap().is_empty());
 }

@@ -35,16 +35,6 @@ fn check(graph: &Graph, mode: LoweringMode, tol: f64) -> Result<(), String> {
         eprintln!("skipped ({mode}): ambiguous channels_last hand-off");
         return Ok(());
     }
-    let zero_d_into_delegate = p.steps.iter().any(|st| match st {
-        delegate::program::Step::Delegate(d) => d.inputs.iter().any(|&s| p.slots[s].rank() == 0),
-        _ => false,
-    });
-    if zero_d_into_delegate {
-        // Delegates declare a 0-D value as [1] (as ExecuTorch); the runtime must bind a 0-D
-        // slot to it (pending there).
-        eprintln!("skipped ({mode}): 0-D hand-off into a delegate");
-        return Ok(());
-    }
     let shapes: Vec<Vec<usize>> = graph.inputs.iter().map(|&i| graph.nodes[i].spec.max_shape()).collect();
     let opts = DataOptions { specials: false, distribution: Some(Distribution::Positive) };
     let inputs = generate_inputs(graph, &shapes, 7, &opts);
@@ -122,6 +112,20 @@ fn table() -> Vec<(&'static str, Graph)> {
     let w = g.constant(Tensor::f32(&[32], values(32, 3)));
     let y = g.mul(g.mul(x, r), w);
     v.push(("rmsnorm", g.finish(&[y]).unwrap()));
+    // Constants fed to a delegate as inputs (a 0-D one declared [1]), next to a conv's own
+    // weights, behind an NHWC add: `conv -> add(c4d) -> mul(eps)`, and an
+    // AdaptiveAvgPool2d(1) head (its decomposition to the GAP mean).
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 8, 8]));
+    let y = conv(&g, x, 3, 4, 3, 1, 4);
+    let c = g.constant(Tensor::f32(&[1, 4, 8, 3], values(96, 8)));
+    let z = g.mul(g.add(y, c), g.scalar(0.5));
+    let p = g.adaptive_avg_pool2d(z, [1, 1]);
+    v.push(("const-inputs-pool", g.finish(&[z, p]).unwrap()));
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[6, 5, 4]));
+    let p = g.adaptive_avg_pool2d(x, [1, 1]);
+    v.push(("pool-3d", g.finish(&[p]).unwrap()));
     for dim in [-1i64, 1] {
         let g = GraphBuilder::new();
         let x = g.input("x", TensorSpec::f32(&[2, 5, 8]));

@@ -179,7 +179,7 @@ impl Engine for Reference {
 
 impl Instance for ReferenceInstance {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
-        reference(&self.graph, inputs)
+        reference(&self.graph, inputs, Interpreter::Plain)
     }
 }
 
@@ -232,14 +232,37 @@ pub fn generate_inputs(graph: &Graph, shapes: &[Vec<usize>], seed: u64, specials
     data::generate_inputs(graph, shapes, seed, &DataOptions { specials, distribution: None })
 }
 
-/// The reference interpreter.
-pub fn reference(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
-    reference::eval::run(graph, inputs).map_err(|e| EngineError::new(Stage::Reference, Some(e.kind().class()), e))
+/// Which evaluator of the reference computes the expected values. Both give the same values
+/// bit for bit (NaN payloads aside), which `reference/tests/fast_matches_plain.rs` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Interpreter {
+    /// `reference::eval`, the plain interpreter: the spec. Replay, minimization and saved
+    /// failures use it.
+    Plain,
+    /// `reference::fast`: the fuzz loop's, for throughput.
+    Fast,
+}
+
+fn reference_error(e: reference::eval::EvalError) -> EngineError {
+    EngineError::new(Stage::Reference, Some(e.kind().class()), e)
+}
+
+/// The reference's outputs.
+pub fn reference(graph: &Graph, inputs: &[Tensor], interp: Interpreter) -> Result<Vec<Tensor>, EngineError> {
+    match interp {
+        Interpreter::Plain => reference::eval::run(graph, inputs),
+        Interpreter::Fast => reference::fast::run(graph, inputs),
+    }
+    .map_err(reference_error)
 }
 
 /// The reference's value of every node (for the magnitude twin's peak).
-pub fn reference_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
-    reference::eval::run_all(graph, inputs).map_err(|e| EngineError::new(Stage::Reference, Some(e.kind().class()), e))
+pub fn reference_all(graph: &Graph, inputs: &[Tensor], interp: Interpreter) -> Result<Vec<Tensor>, EngineError> {
+    match interp {
+        Interpreter::Plain => reference::eval::run_all(graph, inputs),
+        Interpreter::Fast => reference::fast::run_all(graph, inputs),
+    }
+    .map_err(reference_error)
 }
 
 /// The options a mode is lowered with: bf16 lowering enabled, as a user exporting bf16 would.

@@ -59,7 +59,7 @@ pub struct Knobs {
     pub dynamic: u8,
     pub param: u8,
     pub variant: u8,
-    /// 0 valid; 1..=11 one [`InvalidKind`]; larger values valid.
+    /// 0 valid; 1..=12 one [`InvalidKind`]; larger values valid.
     pub invalid: u8,
     pub seed: u64,
     pub specials: bool,
@@ -121,7 +121,7 @@ impl Knobs {
     /// The case these knobs mean (total: every value maps to a buildable case).
     pub fn to_case(&self, cfg: &GenConfig) -> Case {
         let invalid = match self.invalid as usize {
-            i @ 1..=11 => Some(InvalidKind::ALL[i - 1]),
+            i if (1..=InvalidKind::ALL.len()).contains(&i) => Some(InvalidKind::ALL[i - 1]),
             _ => None,
         };
         let mut pattern = Pattern::ALL[self.pattern as usize % Pattern::ALL.len()];
@@ -147,11 +147,20 @@ impl Knobs {
             {
                 pattern = Pattern::ConvMean;
             }
+            // (Not RMSNorm: its first binary op adds the 0-D eps, which no longer dim can
+            // make unbroadcastable.)
             Some(InvalidKind::NotBroadcastable)
-                if !matches!(pattern, Pattern::AddMean | Pattern::Gap | Pattern::RmsNorm | Pattern::ConvSubMean) =>
+                if !matches!(pattern, Pattern::AddMean | Pattern::Gap | Pattern::ConvSubMean) =>
             {
                 pattern = Pattern::AddMean;
             }
+            // These corrupt a mean.dim, which the pool pattern does not have.
+            Some(InvalidKind::DimOutOfRange | InvalidKind::RepeatedDim | InvalidKind::MeanDtypeQs8)
+                if pattern == Pattern::AdaptivePool =>
+            {
+                pattern = Pattern::Mean;
+            }
+            Some(InvalidKind::PoolOutputSize) => pattern = Pattern::AdaptivePool,
             Some(InvalidKind::DynamicAboveBound)
                 if !matches!(pattern, Pattern::Mean | Pattern::AddMean | Pattern::RmsNorm) =>
             {
@@ -161,7 +170,12 @@ impl Knobs {
         }
         let qs8_ok = matches!(
             pattern,
-            Pattern::Mean | Pattern::AddMean | Pattern::Gap | Pattern::ConvMean | Pattern::SharedInput
+            Pattern::Mean
+                | Pattern::AddMean
+                | Pattern::Gap
+                | Pattern::ConvMean
+                | Pattern::SharedInput
+                | Pattern::AdaptivePool
         );
         if dtype == ElemType::Qs8 && !qs8_ok {
             dtype = ElemType::F32;

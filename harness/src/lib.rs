@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod bench;
 pub mod case;
 pub mod engine;
@@ -14,6 +15,7 @@ pub mod gate;
 pub mod gen;
 pub mod inflight;
 pub mod inspect;
+pub mod interrupt;
 pub mod minimize;
 pub mod mutants;
 pub mod oracle;

@@ -16,6 +16,8 @@ use reference::tensor::{Tensor, TensorData};
 use reference::MemoryFormat;
 use std::sync::Arc;
 
+mod pools;
+
 /// Which list a program belongs to (reported in the golden table, never used to skip).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -666,6 +668,7 @@ fn bench_fp32_programs(c: &mut Catalog) {
 pub fn catalog() -> Vec<NamedProgram> {
     let mut c = Catalog { list: Vec::new() };
     table(&mut c);
+    pools::pools(&mut c);
     patterns(&mut c);
     bench(&mut c);
     c.list

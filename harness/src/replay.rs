@@ -8,6 +8,7 @@
 //! real XNNPACK, per mode and thread count).
 
 use crate::case::Case;
+use crate::engine::Interpreter;
 use crate::fuzz::check_caught;
 use crate::oracle::CheckOptions;
 use crate::report;
@@ -48,14 +49,15 @@ pub fn side_by_side(case: &Case) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let Ok(built) = crate::patterns::build(case) else { return s };
-    let Ok(runs) = crate::oracle::reference_runs(case, &built) else { return s };
+    let Ok(runs) = crate::oracle::reference_runs(case, &built, crate::engine::Interpreter::Plain) else { return s };
     let lowered: Vec<_> = case.modes.iter().copied().zip(engine::lower_each(&built.graph, &case.modes)).collect();
     let xnnpack = engine::Xnnpack::new();
     let mut threads = vec![1];
     threads.extend(case.threads.iter().copied().filter(|&t| t > 1));
     threads.dedup();
     // (label, outputs per run) for every engine configuration.
-    let mut rows: Vec<(String, Vec<Result<Vec<Tensor>, String>>)> = vec![];
+    type Outputs = Vec<Result<Vec<Tensor>, String>>;
+    let mut rows: Vec<(String, Outputs)> = vec![];
     let run_all =
         |inst: &mut dyn Instance| runs.iter().map(|r| inst.run(&r.inputs).map_err(|e| e.to_string())).collect();
     for (mode, p) in &lowered {
@@ -126,13 +128,21 @@ pub enum Outcome {
     ExpectedFail(String),
     /// Marked xfail but passing now (the bug is fixed: drop the mark).
     UnexpectedPass,
+    /// The case can not be run as written (see [`crate::case::InvalidCase`]).
+    Invalid(String),
 }
 
 /// Replays one case; returns the outcome and the printable verdicts.
 pub fn replay_case(case: &Case) -> (Outcome, String) {
-    let r = check_caught(case, &CheckOptions::default());
+    // The full matrix against the plain reference (the spec), outputs judged by the plain
+    // comparison alone (what it prints is what decided).
+    let opts = CheckOptions { plain: true, reference: Interpreter::Plain, ..CheckOptions::default() };
+    let r = check_caught(case, &opts);
     let text = report::verdicts(&r);
     let label = r.first_failure().map(|c| c.label());
+    if let Some(e) = &r.invalid {
+        return (Outcome::Invalid(e.to_string()), text);
+    }
     let outcome = match (label, &case.xfail) {
         (None, None) => Outcome::Pass,
         (Some(l), None) => Outcome::Fail(l),
@@ -156,6 +166,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         crate::engine::disable_xnnpack();
     }
     let mut bad = 0;
+    let mut invalid = 0;
     let mut total = 0;
     for f in &args.files {
         let cases = if f.as_os_str() == "-" {
@@ -208,9 +219,22 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
                     bad += 1;
                     println!("  => passes, but is marked xfail: the bug looks fixed, remove the \"xfail\" field");
                 }
+                Outcome::Invalid(e) => {
+                    invalid += 1;
+                    println!("  => {e}");
+                }
             }
         }
     }
-    println!("replayed {total} case{}, {bad} unexpected", if total == 1 { "" } else { "s" });
-    Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    println!(
+        "replayed {total} case{}, {bad} unexpected{}",
+        if total == 1 { "" } else { "s" },
+        if invalid > 0 { format!(", {invalid} invalid (not run)") } else { String::new() }
+    );
+    // 2 when a case could not even be run (as for other usage errors), 1 when one failed.
+    Ok(match (invalid, bad) {
+        (0, 0) => ExitCode::SUCCESS,
+        (0, _) => ExitCode::from(1),
+        _ => ExitCode::from(2),
+    })
 }

@@ -112,6 +112,50 @@ fn every_pinned_count_uses_a_schema_name_and_the_catalog_is_complete() {
     }
 }
 
+#[test]
+fn golden_table_carries_executorchs_reasons_and_pool_payloads() {
+    // The committed table names why each mean stays outside in ExecuTorch 1.5.1's words:
+    // the manifest's `mean_why_not` of c (conv -> mean(1) -> conv) and e (RMSNorm 1x16x256).
+    let golden = Golden::load(&golden_path()).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("manifest.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mode = |p: &str, m: &str| &golden.patterns[p].modes[m];
+    for (row, fixture) in [("conv_mean_conv", "c"), ("rmsnorm_1x16x256_table", "e")] {
+        let want: Vec<String> = manifest["patterns"][fixture]["mean_why_not"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| format!("mean.dim: {}", r.as_str().unwrap()))
+            .collect();
+        assert_eq!(mode(row, "main").outside, want, "{row}");
+    }
+    assert_eq!(mode("mean_dtype_arg", "static_mean").outside, vec!["mean.dim: mean.dim does not support dtype"]);
+    assert_eq!(
+        mode("mean_dim3", "main").outside,
+        vec!["mean.dim: mean.dim only supports averaging 4D tensors across the innermost dimensions"]
+    );
+    assert_eq!(
+        mode("mean_dim3_nokeep", "main").outside,
+        vec!["mean.dim: mean.dim only supports averaging 4D tensors across the innermost dimensions"]
+    );
+    // AdaptiveAvgPool2d(1) rows hash like their mean rows, in every mode.
+    for (pool, mean) in [
+        ("pool_1x8x6x6", "gap_1x8x6x6"),
+        ("cl_pool_1x8x6x6", "cl_gap_1x8x6x6"),
+        ("conv_pool", "conv_gap"),
+        ("qs8_conv_pool", "qs8_conv_gap"),
+    ] {
+        for m in ["main", "static_mean", "nhwc_aware"] {
+            assert_eq!(mode(pool, m).sha256, mode(mean, m).sha256, "{pool} {m}");
+            assert!(!mode(pool, m).sha256.is_empty());
+        }
+    }
+    // e's second payload is the committed hash of the RMSNorm rows' (its sha256 in the
+    // manifest): 1x16x256 dynamic in dim 1 serializes its bound, 16.
+    let e1 = manifest["patterns"]["e"]["payloads"][1]["sha256"].as_str().unwrap();
+    assert_eq!(mode("p14_rmsnorm_dynamic", "main").sha256[1], e1);
+}
+
 fn limits(max: &[&str], forbid: &[&str], max_delegates: Option<usize>) -> Limits {
     let args = gate::GateArgs {
         max: max.iter().map(|s| s.to_string()).collect(),
@@ -139,4 +183,11 @@ fn real_pte_programs_are_gated_against_limits() {
     assert!(!ok && report.contains("delegates: 2 > at most 1"), "{report}");
 
     assert!(gate::gate_pte(b"not a pte file at all", &limits(&["XNNStaticTranspose=2"], &[], None)).is_err());
+}
+
+#[test]
+fn only_with_a_name_that_matches_nothing_is_an_error() {
+    let e = gate::compute(&["no_such_program".into()]).expect_err("--only matching nothing must fail");
+    assert!(e.to_string().contains("matches no program"), "{e}");
+    assert!(gate::compute(&["gap_1x8x6x6".into()]).is_ok());
 }

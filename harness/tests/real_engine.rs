@@ -9,7 +9,7 @@ use delegate::LoweringMode;
 use harness::case::Case;
 use harness::engine::{self, Config, Engine, EngineKind, Instance, Simd, Subject};
 use harness::fuzz::corpus_files;
-use harness::oracle::outputs::{compare_with, Tolerance};
+use harness::oracle::outputs::compare::{compare_with, Tolerance};
 use harness::oracle::{check, CheckOptions, OracleKind, Verdict};
 use reference::graph::{Conv2dParams, Graph, GraphBuilder, TensorSpec};
 use reference::{ElemType, MemoryFormat, Tensor};
@@ -294,8 +294,8 @@ fn every_node_type_matches_the_reference_at_1_and_2_threads() {
         assert!(has_node, "{}: the lowering emits no such node: {:?}", c.node, program.summary.node_counts);
         for seed in [1, 2] {
             let ins = inputs(&graph, seed);
-            let want = engine::reference(&graph, &ins).unwrap();
-            let magnitude = engine::reference(&twin, &ins).unwrap();
+            let want = engine::reference(&graph, &ins, engine::Interpreter::Plain).unwrap();
+            let magnitude = engine::reference(&twin, &ins, engine::Interpreter::Plain).unwrap();
             for threads in [1, 2] {
                 let mut inst = xnn
                     .build(Subject::lowered(&graph, &program), Config::new(threads, Simd::Best))
@@ -304,8 +304,14 @@ fn every_node_type_matches_the_reference_at_1_and_2_threads() {
                 assert!(inst.invocations() >= 1, "{}: XNNPACK never ran", c.node);
                 assert_eq!(got.len(), want.len(), "{}", c.node);
                 for (o, (w, g)) in want.iter().zip(&got).enumerate() {
-                    let tol =
-                        Tolerance { acc_len: c.acc_len, ops: c.ops, compute: c.compute, step: c.step, exact: false };
+                    let tol = Tolerance {
+                        acc_len: c.acc_len,
+                        ops: c.ops,
+                        compute: c.compute,
+                        step: c.step,
+                        exact: false,
+                        rounds_once: false,
+                    };
                     if let Some(d) = compare_with(w, g, Some(&magnitude[o]), &tol) {
                         panic!("{} seed {seed} at {threads} threads, output {o}: {d}", c.node);
                     }
@@ -349,11 +355,11 @@ fn a_wrong_result_does_not_pass_the_node_comparison() {
     // The comparison above can fail: one element off by 1% fails it.
     let graph = binary(reference::graph::BinaryOp::Add);
     let ins = inputs(&graph, 1);
-    let want = engine::reference(&graph, &ins).unwrap();
+    let want = engine::reference(&graph, &ins, engine::Interpreter::Plain).unwrap();
     let mut v = want[0].values_f64();
     v[3] *= 1.01;
     let bad = Tensor::from_f64(&want[0].shape, want[0].dtype(), None, &v);
-    let tol = Tolerance { acc_len: 0, ops: 1, compute: ElemType::F32, step: None, exact: false };
+    let tol = Tolerance { acc_len: 0, ops: 1, compute: ElemType::F32, step: None, exact: false, rounds_once: false };
     assert!(compare_with(&want[0], &bad, Some(&want[0]), &tol).is_some());
 }
 

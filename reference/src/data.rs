@@ -8,6 +8,10 @@
 //! (for rsqrt/div). Without `specials` every value is finite in the tensor's dtype and squares
 //! of fp16 values stay finite too; with `specials`, about one value in 16 is replaced by +-0,
 //! the smallest and largest subnormal, +-inf, NaN or the largest finite value.
+//!
+//! Values are rounded and laid out through [`crate::fast`]'s conversions (the same bits as
+//! [`TensorData::from_f64`] and [`Tensor::to_format`], tested there): inputs are made on the
+//! fuzz loop's hot path.
 
 use crate::dtype::{ElemType, QuantParams};
 use crate::graph::{Graph, TensorSpec};
@@ -207,7 +211,7 @@ pub fn generate(spec: &TensorSpec, seed: u64, opts: &DataOptions) -> Tensor {
         if opts.specials {
             sprinkle(&mut rng, &mut v, &float_specials(spec.dtype));
         }
-        TensorData::from_f64(spec.dtype, &v, None)
+        crate::fast::data_from_f64(spec.dtype, &v, None)
     };
     let t = Tensor {
         shape,
@@ -216,7 +220,7 @@ pub fn generate(spec: &TensorSpec, seed: u64, opts: &DataOptions) -> Tensor {
         data,
     };
     if spec.format.required_rank() == Some(t.rank()) {
-        t.to_format(spec.format)
+        crate::fast::to_format(&t, spec.format)
     } else {
         t
     }

@@ -1,13 +1,17 @@
 //! The graph language and its scalar reference interpreter.
 //!
 //! This crate is the spec: [`graph`] is the program a user writes (PyTorch-like, NCHW
-//! semantics), [`eval`] runs it in f64 with a single rounding per op, [`data`] makes
-//! seeded inputs. The delegate reads [`graph`] but never calls [`eval`], and shares no
-//! kernel with it.
+//! semantics), [`eval`] runs it in f64 with a single rounding per op, plain loops a reader can
+//! check against PyTorch's definitions, [`data`] makes seeded inputs. [`fast`] computes
+//! [`eval`]'s values bit for bit, faster, for the fuzz loop. The delegate reads [`graph`] but
+//! never calls [`eval`] or [`fast`], and shares no kernel with them.
+
+#![forbid(unsafe_code)]
 
 pub mod data;
 pub mod dtype;
 pub mod eval;
+pub mod fast;
 pub mod graph;
 pub mod tensor;
 

@@ -79,14 +79,16 @@ impl TensorData {
         }
     }
 
-    /// `self[o]` for every offset `o` of `shape` under `strides` (row-major order), keeping
-    /// the element type.
-    pub(crate) fn gather_strided(&self, shape: &[usize], strides: &[usize]) -> TensorData {
+    /// The elements at `offsets`, in that order (bits unchanged).
+    pub(crate) fn gather(&self, offsets: &[usize]) -> TensorData {
+        fn pick<T: Copy>(v: &[T], offsets: &[usize]) -> Vec<T> {
+            offsets.iter().map(|&o| v[o]).collect()
+        }
         match self {
-            TensorData::F32(v) => TensorData::F32(gather_strided(v, shape, strides)),
-            TensorData::F16(v) => TensorData::F16(gather_strided(v, shape, strides)),
-            TensorData::Bf16(v) => TensorData::Bf16(gather_strided(v, shape, strides)),
-            TensorData::Qs8(v) => TensorData::Qs8(gather_strided(v, shape, strides)),
+            TensorData::F32(v) => TensorData::F32(pick(v, offsets)),
+            TensorData::F16(v) => TensorData::F16(pick(v, offsets)),
+            TensorData::Bf16(v) => TensorData::Bf16(pick(v, offsets)),
+            TensorData::Qs8(v) => TensorData::Qs8(pick(v, offsets)),
         }
     }
 }
@@ -99,119 +101,6 @@ pub struct Tensor {
     /// Present iff the element type is qs8.
     pub quant: Option<QuantParams>,
     pub data: TensorData,
-}
-
-/// Calls `f(a, b)` for every index of `shape` in row-major order, where `a` and `b` are the
-/// index's offsets under `sa` and `sb` (`sum_k idx[k] * s[k]`); an empty shape has exactly one
-/// index (offsets 0). The offsets are carried along (an odometer over the outer dims, a plain
-/// loop over the last), not recomputed per element, and no index list is built.
-pub(crate) fn for_each_offset2(shape: &[usize], sa: &[usize], sb: &[usize], mut f: impl FnMut(usize, usize)) {
-    for_each_row2(shape, sa, sb, |a, b, len, step_a, step_b| {
-        for k in 0..len {
-            f(a + k * step_a, b + k * step_b);
-        }
-    });
-}
-
-/// [`for_each_offset2`] one row at a time: `f(a, b, len, step_a, step_b)` stands for the
-/// `len` offsets `(a + k * step_a, b + k * step_b)`, in order. Size-1 dims are dropped and
-/// adjacent dims that both stride sets step through as one are merged first (the same offsets
-/// in the same order, over fewer and longer rows).
-pub(crate) fn for_each_row2(
-    shape: &[usize],
-    sa: &[usize],
-    sb: &[usize],
-    f: impl FnMut(usize, usize, usize, usize, usize),
-) {
-    if shape.contains(&0) {
-        return;
-    }
-    // (size, stride a, stride b) of each merged dim; a shape of many dims (never one of a
-    // valid graph) is walked as it is.
-    if shape.len() > MERGED {
-        let dims: Vec<_> = shape.iter().zip(sa).zip(sb).map(|((&n, &x), &y)| (n, x, y)).collect();
-        return walk_rows(&dims, f);
-    }
-    let mut dims = [(1usize, 0usize, 0usize); MERGED];
-    let mut rank = 0usize;
-    for ((&n, &x), &y) in shape.iter().zip(sa).zip(sb) {
-        if n == 1 {
-            continue;
-        }
-        match rank.checked_sub(1).map(|r| &mut dims[r]) {
-            Some(last) if last.1 == x * n && last.2 == y * n => *last = (last.0 * n, x, y),
-            _ => {
-                dims[rank] = (n, x, y);
-                rank += 1;
-            }
-        }
-    }
-    walk_rows(&dims[..rank], f)
-}
-
-/// Dims [`for_each_row2`] merges and walks without an allocation.
-const MERGED: usize = 8;
-
-/// The odometer of [`for_each_row2`] over `dims` (size, stride a, stride b).
-fn walk_rows(dims: &[(usize, usize, usize)], mut f: impl FnMut(usize, usize, usize, usize, usize)) {
-    let Some(last) = dims.len().checked_sub(1) else {
-        f(0, 0, 1, 0, 0);
-        return;
-    };
-    let (len, step_a, step_b) = dims[last];
-    let mut idx = [0usize; MERGED];
-    let mut idx_vec = vec![];
-    let idx: &mut [usize] = if last <= idx.len() {
-        &mut idx[..last]
-    } else {
-        idx_vec.resize(last, 0);
-        &mut idx_vec
-    };
-    let (mut base_a, mut base_b) = (0usize, 0usize);
-    loop {
-        f(base_a, base_b, len, step_a, step_b);
-        // Next index of the outer dims; done when every one wrapped around.
-        let mut d = last;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            let (n, x, y) = dims[d];
-            idx[d] += 1;
-            base_a += x;
-            base_b += y;
-            if idx[d] < n {
-                break;
-            }
-            base_a -= x * n;
-            base_b -= y * n;
-            idx[d] = 0;
-        }
-    }
-}
-
-/// [`for_each_offset2`] with one set of strides.
-pub(crate) fn for_each_offset(shape: &[usize], strides: &[usize], mut f: impl FnMut(usize)) {
-    for_each_offset2(shape, strides, strides, |a, _| f(a));
-}
-
-/// For every index of `shape` in row-major order, `sum_k idx[k] * strides[k]`; an empty
-/// shape has exactly one index (offset 0).
-pub(crate) fn strided_indices(shape: &[usize], strides: &[usize]) -> Vec<usize> {
-    let mut out = Vec::with_capacity(shape.iter().product());
-    for_each_offset(shape, strides, |o| out.push(o));
-    out
-}
-
-/// `v[o]` for every offset `o` of `shape` under `strides`, in row-major order.
-fn gather_strided<T: Copy>(v: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
-    let mut out = Vec::with_capacity(shape.iter().product());
-    for_each_row2(shape, strides, strides, |o, _, len, step, _| match step {
-        1 => out.extend_from_slice(&v[o..o + len]),
-        _ => out.extend((0..len).map(|k| v[o + k * step])),
-    });
-    out
 }
 
 impl Tensor {
@@ -255,44 +144,26 @@ impl Tensor {
         self.shape.len()
     }
 
-    /// The order in which `format` stores the logical dims of a rank-`rank` tensor
-    /// (`physical[i] = logical dim order[i]`); a format for another rank stores them in order.
-    fn storage_order(format: MemoryFormat, rank: usize) -> Vec<usize> {
-        if format.required_rank() == Some(rank) {
-            format.dim_order(rank)
-        } else {
-            (0..rank).collect()
-        }
+    /// Stride of each logical dim of this tensor's shape where its format stores it.
+    pub(crate) fn physical_strides(&self) -> Vec<usize> {
+        physical_strides(&self.shape, self.format)
     }
 
-    /// Stride of each logical dim of `shape` in the physical layout of `format`.
-    fn physical_strides(shape: &[usize], format: MemoryFormat) -> Vec<usize> {
-        let mut strides = vec![0usize; shape.len()];
-        let mut s = 1usize;
-        for &d in Self::storage_order(format, shape.len()).iter().rev() {
-            strides[d] = s;
-            s *= shape[d];
-        }
-        strides
-    }
-
-    /// The same values stored in another memory format.
+    /// The same values stored in another memory format: every element moves from where this
+    /// tensor's format stores its logical index to where `format` stores it (bits unchanged).
     pub fn to_format(&self, format: MemoryFormat) -> Tensor {
         if format == self.format {
             return self.clone();
         }
-        // Walk the target's physical order (its dims in storage order) and read each element
-        // where this tensor's format stores it.
-        let src = Self::physical_strides(&self.shape, self.format);
-        let order = Self::storage_order(format, self.rank());
-        let shape: Vec<usize> = order.iter().map(|&d| self.shape[d]).collect();
-        let strides: Vec<usize> = order.iter().map(|&d| src[d]).collect();
-        Tensor {
-            shape: self.shape.clone(),
-            format,
-            quant: self.quant,
-            data: self.data.gather_strided(&shape, &strides),
-        }
+        let from = offsets(&self.shape, &physical_strides(&self.shape, self.format));
+        let to = offsets(&self.shape, &physical_strides(&self.shape, format));
+        let data = match &self.data {
+            TensorData::F32(v) => TensorData::F32(move_elements(v, &from, &to)),
+            TensorData::F16(v) => TensorData::F16(move_elements(v, &from, &to)),
+            TensorData::Bf16(v) => TensorData::Bf16(move_elements(v, &from, &to)),
+            TensorData::Qs8(v) => TensorData::Qs8(move_elements(v, &from, &to)),
+        };
+        Tensor { shape: self.shape.clone(), format, quant: self.quant, data }
     }
 
     /// [`Tensor::to_format`] that moves the data when the format already matches.
@@ -309,74 +180,173 @@ impl Tensor {
         self.to_format(MemoryFormat::Contiguous)
     }
 
-    /// Values in logical order as real numbers (qs8 dequantized exactly in f64).
+    /// Values in logical (row-major) order as real numbers, each widened exactly to f64;
+    /// qs8 dequantized exactly ([`QuantParams::dequantize`]; raw integers without params).
     pub fn values_f64(&self) -> Vec<f64> {
-        // One match per tensor (this is the oracles' hot path); a non-contiguous tensor is
-        // read straight from where its format stores each logical element.
-        match (&self.data, self.quant) {
-            (TensorData::F32(v), _) => self.widen(v, |x| x as f64),
-            // half's slice conversion checks the CPU's features once per slice, not per value.
-            (TensorData::F16(v), _) if self.format == MemoryFormat::Contiguous => v.to_f64_vec(),
-            (TensorData::F16(v), _) => self.widen(v, |x| x.to_f64()),
-            (TensorData::Bf16(v), _) => self.widen(v, dtype::bf16_to_f64),
-            (TensorData::Qs8(v), Some(q)) => {
-                let (zp, scale) = (q.zero_point as f64, q.scale as f64);
-                self.widen(v, |x| (x as f64 - zp) * scale)
+        // Logical element k is stored at `at[k]` (at k itself when contiguous).
+        let at = (self.format != MemoryFormat::Contiguous).then(|| offsets(&self.shape, &self.physical_strides()));
+        fn read<T: Copy>(v: &[T], at: Option<&[usize]>, f: impl Fn(T) -> f64) -> Vec<f64> {
+            match at {
+                None => v.iter().map(|&x| f(x)).collect(),
+                Some(at) => at.iter().map(|&o| f(v[o])).collect(),
             }
-            (TensorData::Qs8(v), None) => self.widen(v, |x| x as f64),
+        }
+        let at = at.as_deref();
+        match (&self.data, self.quant) {
+            (TensorData::F32(v), _) => read(v, at, f64::from),
+            // half's slice conversion checks the CPU's features once per slice, not per value.
+            (TensorData::F16(v), _) if at.is_none() => v.to_f64_vec(),
+            (TensorData::F16(v), _) => read(v, at, f16::to_f64),
+            (TensorData::Bf16(v), _) => read(v, at, dtype::bf16_to_f64),
+            (TensorData::Qs8(v), Some(q)) => read(v, at, |x| q.dequantize(x)),
+            (TensorData::Qs8(v), None) => read(v, at, f64::from),
         }
     }
+}
 
-    /// `f` of every element of `v` (this tensor's data), in logical order.
-    fn widen<T: Copy>(&self, v: &[T], f: impl Fn(T) -> f64) -> Vec<f64> {
-        if self.format == MemoryFormat::Contiguous || v.is_empty() {
-            return v.iter().map(|&x| f(x)).collect();
-        }
-        let mut out = Vec::with_capacity(v.len());
-        let strides = Self::physical_strides(&self.shape, self.format);
-        for_each_row2(&self.shape, &strides, &strides, |o, _, len, step, _| {
-            out.extend((0..len).map(|k| f(v[o + k * step])));
-        });
-        out
+/// Row-major (contiguous) strides of a logical shape: the last dim has stride 1.
+pub(crate) fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
     }
+    strides
+}
+
+/// Stride of each logical dim of `shape` where `format` stores it: `format`'s dim order
+/// (NHWC for channels_last, NDHWC for channels_last_3d) laid out row-major. A format made for
+/// another rank stores the dims in order.
+pub(crate) fn physical_strides(shape: &[usize], format: MemoryFormat) -> Vec<usize> {
+    let order = if format.required_rank() == Some(shape.len()) {
+        format.dim_order(shape.len())
+    } else {
+        (0..shape.len()).collect()
+    };
+    let stored_shape: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+    let stored_strides = row_major_strides(&stored_shape);
+    let mut strides = vec![0; shape.len()];
+    for (k, &d) in order.iter().enumerate() {
+        strides[d] = stored_strides[k];
+    }
+    strides
+}
+
+/// Where index `idx` lives under `strides`: `sum_k idx[k] * strides[k]`.
+pub(crate) fn offset(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(&i, &s)| i * s).sum()
+}
+
+/// Steps `idx` to the next index of `shape` in row-major order (the last dim fastest);
+/// returns false, with `idx` back at all zeros, after the last one.
+pub(crate) fn next_index(idx: &mut [usize], shape: &[usize]) -> bool {
+    for d in (0..shape.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < shape[d] {
+            return true;
+        }
+        idx[d] = 0;
+    }
+    false
+}
+
+/// [`offset`] of every index of `shape` under `strides`, in row-major order. The offset is
+/// carried along as the index steps ([`next_index`]): the last dim's stride added, a dim that
+/// wraps around steps back by its size times its stride.
+pub(crate) fn offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
+    let numel: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(numel);
+    let mut idx = vec![0; shape.len()];
+    let mut at = 0;
+    for _ in 0..numel {
+        out.push(at);
+        for ((i, &n), &s) in idx.iter_mut().zip(shape).zip(strides).rev() {
+            *i += 1;
+            at += s;
+            if *i < n {
+                break;
+            }
+            *i = 0;
+            at -= n * s;
+        }
+    }
+    out
+}
+
+/// `v` with element k moved from offset `from[k]` to offset `to[k]` (the offsets of the same
+/// logical indices under two layouts).
+fn move_elements<T: Copy>(v: &[T], from: &[usize], to: &[usize]) -> Vec<T> {
+    let mut out = v.to_vec();
+    for (&f, &t) in from.iter().zip(to) {
+        out[t] = v[f];
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every index of `shape` in row-major order, with its offsets computed from scratch.
-    fn naive(shape: &[usize], sa: &[usize], sb: &[usize]) -> Vec<(usize, usize)> {
-        let n: usize = shape.iter().product();
-        (0..n)
-            .map(|mut flat| {
-                let (mut a, mut b) = (0, 0);
-                for d in (0..shape.len()).rev() {
-                    let i = flat % shape[d];
-                    flat /= shape[d];
-                    a += i * sa[d];
-                    b += i * sb[d];
-                }
-                (a, b)
-            })
-            .collect()
+    #[test]
+    fn channels_last_strides_are_nhwc() {
+        assert_eq!(physical_strides(&[2, 3, 4, 5], MemoryFormat::ChannelsLast), vec![60, 1, 15, 3]);
+        assert_eq!(physical_strides(&[2, 3, 4, 5, 6], MemoryFormat::ChannelsLast3d), vec![360, 1, 90, 18, 3]);
+        assert_eq!(physical_strides(&[2, 3, 4], MemoryFormat::ChannelsLast), vec![12, 4, 1]);
+        assert_eq!(physical_strides(&[], MemoryFormat::Contiguous), Vec::<usize>::new());
     }
 
     #[test]
-    fn merged_rows_visit_the_offsets_of_the_plain_walk_in_order() {
-        let cases: [(&[usize], &[usize], &[usize]); 7] = [
-            (&[], &[], &[]),
-            (&[1, 1], &[5, 3], &[0, 0]),
-            (&[2, 3, 4], &[12, 4, 1], &[0, 1, 0]),
-            (&[2, 1, 3, 4], &[12, 99, 1, 3], &[12, 0, 4, 1]),
-            (&[3, 2, 2], &[0, 0, 1], &[4, 2, 1]),
-            (&[2, 0, 3], &[3, 3, 1], &[3, 3, 1]),
-            (&[2, 1, 2, 1, 2, 1, 2, 1, 2, 2], &[256, 9, 128, 9, 64, 9, 32, 9, 1, 16], &[1; 10]),
-        ];
-        for (shape, sa, sb) in cases {
-            let mut seen = vec![];
-            for_each_offset2(shape, sa, sb, |a, b| seen.push((a, b)));
-            assert_eq!(seen, naive(shape, sa, sb), "shape {shape:?} strides {sa:?} {sb:?}");
+    fn next_index_walks_row_major_and_wraps() {
+        let shape = [2, 1, 3];
+        let mut idx = [0; 3];
+        let mut seen = vec![idx];
+        while next_index(&mut idx, &shape) {
+            seen.push(idx);
         }
+        assert_eq!(seen, [[0, 0, 0], [0, 0, 1], [0, 0, 2], [1, 0, 0], [1, 0, 1], [1, 0, 2]]);
+        assert_eq!(idx, [0, 0, 0]);
+        assert!(!next_index(&mut [], &[]));
+    }
+
+    #[test]
+    fn carried_offsets_equal_offsets_computed_per_index() {
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[], &[]),
+            (&[3], &[2]),
+            (&[2, 3, 4], &[12, 1, 3]),
+            (&[2, 1, 3, 2], &[0, 5, 1, 9]),
+            (&[2, 0, 3], &[3, 3, 1]),
+        ];
+        for (shape, strides) in cases {
+            let mut want = vec![];
+            let mut idx = vec![0; shape.len()];
+            for _ in 0..shape.iter().product::<usize>() {
+                want.push(offset(&idx, strides));
+                next_index(&mut idx, shape);
+            }
+            assert_eq!(offsets(shape, strides), want, "shape {shape:?} strides {strides:?}");
+        }
+    }
+
+    #[test]
+    fn to_format_moves_each_element_to_its_nhwc_place() {
+        // x[n, c, h, w] = 1000 n + 100 c + 10 h + w, so each value names its index.
+        let shape = [2, 3, 2, 2];
+        let mut v = vec![];
+        for n in 0..2 {
+            for c in 0..3 {
+                for h in 0..2 {
+                    for w in 0..2 {
+                        v.push((1000 * n + 100 * c + 10 * h + w) as f32);
+                    }
+                }
+            }
+        }
+        let cl = Tensor::f32(&shape, v.clone()).to_format(MemoryFormat::ChannelsLast);
+        let TensorData::F32(stored) = &cl.data else { panic!("f32") };
+        // NHWC: the channel varies fastest.
+        assert_eq!(stored[..6], [0.0, 100.0, 200.0, 1.0, 101.0, 201.0]);
+        assert_eq!(stored[12..15], [1000.0, 1100.0, 1200.0]);
+        assert_eq!(cl.values_f64(), v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+        assert_eq!(cl.to_contiguous(), Tensor::f32(&shape, v));
     }
 }

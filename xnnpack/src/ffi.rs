@@ -17,8 +17,9 @@
 //!   succeeded since the last reshape or rebinding;
 //! - [`Runtime`] and [`ThreadPool`] are neither `Send` nor `Sync`: one thread makes, runs and
 //!   drops them (XNNPACK runtimes are not reentrant).
-
-#![allow(unsafe_code)]
+//!
+//! One file over the usual length on purpose: every `unsafe` block of the crate is here, so
+//! its soundness argument is in one place. (`lib.rs` allows `unsafe_code` for this module only.)
 
 use crate::LoadError;
 use libloading::Library;

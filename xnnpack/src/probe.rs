@@ -226,7 +226,8 @@ fn probe_elementwise(x: &Xnnpack) -> Result<(), ProbeError> {
         expect(&what, &want, &as_f64(&out), 0.0)?;
     }
     type MakeU = fn(u32, u32) -> XNodeKind;
-    let unary: [(&str, i32, MakeU, Vec<f32>, Vec<f64>); 3] = [
+    type UnaryProbe = (&'static str, i32, MakeU, Vec<f32>, Vec<f64>);
+    let unary: [UnaryProbe; 3] = [
         (
             "xnn_unary_square",
             c.unary_square,

@@ -73,6 +73,11 @@ impl Segments {
         self.segments.len()
     }
 
+    /// No segment at all.
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
     /// Successful `xnn_invoke_runtime` calls so far.
     pub fn invocations(&self) -> u64 {
         self.invocations

@@ -371,6 +371,9 @@ impl<'a> Emitter<'a> {
         let op = pg.op(i, g).ok_or_else(|| LowerError::Internal { reason: "op node without op".into() })?;
         match op {
             Op::Input { .. } | Op::Constant { .. } => Ok(()),
+            Op::AdaptiveAvgPool2d { .. } => {
+                Err(unsupported(pg, g, i, "adaptive_avg_pool2d reaches the visitors only as its mean.dim"))
+            }
             Op::Quantize(_) => {
                 self.check_same_layout(i)?;
                 let inp = self.define(n.inputs[0], Role::Plain)?;
@@ -453,7 +456,8 @@ impl<'a> Emitter<'a> {
             Op::Linear => self.linear(i),
             Op::Mean { dims, keepdim, dtype } => {
                 if dtype.is_some() {
-                    return Err(unsupported(pg, g, i, "mean.dim: dtype argument not supported"));
+                    // The visitor's own check (op_mean_dim.py, ExecuTorch 1.5.1).
+                    return Err(unsupported(pg, g, i, "XNNPACK does not support mean.dim with dtype"));
                 }
                 let x = n.inputs[0];
                 let gap = is_gap(op, &n.spec) && !mutant("gap_as_static");

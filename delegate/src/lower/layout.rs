@@ -166,8 +166,9 @@ fn mutant(_m: &str) -> bool {
 }
 
 impl<'g> PGraph<'g> {
-    /// The subgraph of one partition: lifted constants, placeholders in first-use order,
-    /// then the member ops in graph order.
+    /// The subgraph of one partition: the constants it owns, placeholders (its inputs, the
+    /// constants it does not own among them) in first-use order, then the member ops in
+    /// graph order.
     pub fn build(g: &'g Graph, plan: &Plan, p: &Partition, slots: &[SlotId]) -> Result<PGraph<'g>, LowerError> {
         let mut pg = PGraph {
             nodes: Vec::new(),
@@ -184,8 +185,10 @@ impl<'g> PGraph<'g> {
         pg.order.reserve(p.nodes.len() + p.inputs.len() + 4);
         for &m in &p.nodes {
             for &i in &g.nodes[m].inputs {
-                // (A constant is never a member: partitions hold ops only.)
-                if matches!(g.nodes[i].op, Op::Constant { .. }) && map[i].is_none() {
+                // (A constant is never a member: partitions hold ops only.) A constant the
+                // partition does not own is one of its inputs, a placeholder below.
+                let lifted = matches!(g.nodes[i].op, Op::Constant { .. }) && !p.inputs.contains(&i);
+                if lifted && map[i].is_none() {
                     let k = pg.push(Kind::Param { node: i }, Ins::default(), Cow::Borrowed(&g.nodes[i].spec), 0);
                     pg.order.push(k);
                     map[i] = Some(k);

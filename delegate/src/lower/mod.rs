@@ -1,10 +1,12 @@
 //! Lowering of a [`reference::Graph`] into a [`LoweredProgram`], mirroring ExecuTorch's
-//! XNNPACK flow: the partitioner ([`partition`]) claims ops per config and groups them into
+//! XNNPACK flow: `to_edge`'s decompositions ([`decompose`]), the partitioner ([`partition`]) claims ops per config and groups them into
 //! connected delegates; each delegate runs the channels-last tagged layout pass and the
 //! redundant-copy removal ([`layout`]); the visitors ([`emit`]) turn the result into an
 //! [`XnnGraph`](crate::xnn::XnnGraph) with ExecuTorch's value-id order; [`summary`] counts
 //! what came out.
 
+pub mod debug_handle;
+pub mod decompose;
 pub mod emit;
 pub mod layout;
 pub mod partition;
@@ -68,6 +70,7 @@ pub fn lower(graph: &Graph, mode: LoweringMode) -> Result<LoweredProgram, LowerE
 /// Lowers `graph` with explicit options.
 pub fn lower_with(graph: &Graph, opts: &LowerOptions) -> Result<LoweredProgram, LowerError> {
     graph.validate()?;
+    let graph = &*decompose::run(graph);
     let plan = partition::plan(graph, opts);
     lower_planned(graph, opts, &plan, None)
 }
@@ -83,6 +86,7 @@ pub fn lower_modes(graph: &Graph, opts: &[LowerOptions]) -> Vec<Result<LoweredPr
         let e = LowerError::from(e);
         return opts.iter().map(|_| Err(e.clone())).collect();
     }
+    let graph = &*decompose::run(graph);
     let users = partition::users(graph);
     let mut cache = SegmentCache::default();
     let mut last_plan: Option<(partition::Verdicts, partition::Plan)> = None;

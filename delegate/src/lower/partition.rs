@@ -15,8 +15,9 @@ use std::collections::{BinaryHeap, VecDeque};
 pub struct Partition {
     /// Member op nodes, in graph order.
     pub nodes: Vec<NodeId>,
-    /// Non-constant values produced outside and read inside, in order of first use
-    /// (the order `fuse_as_graphmodule` creates placeholders in).
+    /// Values produced outside and read inside, in order of first use (the order
+    /// `fuse_as_graphmodule` creates placeholders in): hand-offs, graph inputs, and every
+    /// constant no member claims as a dependency ([`owns_constant`]).
     pub inputs: Vec<NodeId>,
     /// Members read outside the partition or returned by the graph, in graph order.
     pub outputs: Vec<NodeId>,
@@ -34,7 +35,7 @@ pub struct Plan {
     pub units: Vec<Unit>,
     /// q/dq nodes claimed by a static-quant group: serialized as no node at all.
     pub implicit: Vec<bool>,
-    /// ExecuTorch's `debug_handle`: 1-based position among the graph's op nodes.
+    /// ExecuTorch's `debug_handle` of each node ([`super::debug_handle::assign`]).
     pub debug_handle: Vec<u32>,
     pub mode: LoweringMode,
 }
@@ -123,28 +124,37 @@ fn static_weight(g: &Graph, i: NodeId) -> bool {
         || matches!(g.nodes[i].op, Op::Dequantize(_)) && g.nodes[i].inputs.first().is_some_and(|&c| is_const(g, c))
 }
 
+/// `MeanDimConfig`'s reason for a `dtype=` argument (ExecuTorch 1.5.1, word for word).
+pub const DTYPE_REASON: &str = "mean.dim does not support dtype";
+
 /// The per-op config: `Ok` if the node may be delegated, else the reason it stays outside.
 pub fn check(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
     let n = &g.nodes[id];
     let in0 = n.inputs.first().map(|&i| &g.nodes[i].spec);
     match &n.op {
         Op::Input { .. } | Op::Constant { .. } => Err("not an op".into()),
+        // `lower` decomposes it first (`decompose`): the partitioner sees its mean.dim.
+        Op::AdaptiveAvgPool2d { .. } => {
+            Err("adaptive_avg_pool2d: not decomposed to mean.dim before partitioning".into())
+        }
         Op::Mean { dims, keepdim, dtype } => {
             common(g, id, opts)?;
             let x = in0.ok_or("mean.dim: no input")?;
             match opts.mode {
                 LoweringMode::Main => {
-                    // MeanDimConfig before the change, checks in ExecuTorch's order.
+                    // MeanDimConfig before the change (ExecuTorch 1.5.1), its checks in its
+                    // order and its reasons word for word; the bf16 rule is ours (ExecuTorch
+                    // has none: with enable_bf16 a bf16 GAP reaches a kernel that lacks bf16).
                     if x.rank() != 4 {
                         return Err(format!(
-                            "mean.dim: only 4-D inputs lower (as global average pooling); input has rank {}",
+                            "mean.dim only supports averaging 4D tensors, got tensor of rank {}",
                             x.rank()
                         ));
                     }
                     if dtype.is_some() {
-                        return Err("mean.dim: dtype argument not supported".into());
+                        return Err(DTYPE_REASON.into());
                     }
-                    let mut d = normalize_dims(dims, 4).map_err(|e| format!("mean.dim: invalid dims: {e}"))?;
+                    let mut d = normalize_dims(dims, 4).map_err(|e| format!("mean.dim has invalid dims: {e}"))?;
                     d.sort_unstable();
                     if d != [2, 3] {
                         return Err(
@@ -152,7 +162,7 @@ pub fn check(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
                         );
                     }
                     if !keepdim {
-                        return Err("mean.dim: keepdim must be true for global average pooling".into());
+                        return Err("mean.dim only supports keepdim=True".into());
                     }
                     if x.dtype == ElemType::Bf16 {
                         return Err("mean.dim: bf16 has no global average pooling kernel".into());
@@ -164,13 +174,15 @@ pub fn check(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
                     let skip_dtype = crate::mutants::is_active(crate::mutants::Mutant::NoDtypeArgCheck);
                     #[cfg(not(feature = "mutants"))]
                     let skip_dtype = false;
+                    // The change keeps main's dtype check and its reason (the seed quotes no
+                    // other); the rank rule is the change's, its wording ours.
                     if dtype.is_some() && !skip_dtype {
-                        return Err("mean.dim: dtype argument not supported".into());
+                        return Err(DTYPE_REASON.into());
                     }
                     if x.rank() == 0 || x.rank() > reference::graph::MAX_RANK {
                         return Err(format!("mean.dim: input rank {} outside 1 to 6", x.rank()));
                     }
-                    mean_axes(dims, x.rank()).map_err(|e| format!("mean.dim: invalid dims: {e}"))?;
+                    mean_axes(dims, x.rank()).map_err(|e| format!("mean.dim has invalid dims: {e}"))?;
                     #[cfg(feature = "mutants")]
                     if crate::mutants::is_active(crate::mutants::Mutant::SizeCutoff8192)
                         && !x.is_dynamic()
@@ -179,7 +191,8 @@ pub fn check(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
                         && n.spec.max_numel() > 1
                         && !is_gap(&n.op, &n.spec)
                     {
-                        return Err("mean.dim: small multi-output mean left to portable".into());
+                        // The first revision's reason, as the review quotes it (SEED:L171).
+                        return Err("mean.dim needs at least 8192 input elements".into());
                     }
                     Ok(())
                 }
@@ -496,14 +509,7 @@ pub(crate) fn plan_from_verdicts(g: &Graph, mode: LoweringMode, u: &Users, v: Ve
         }
     }
 
-    let mut debug_handle = vec![0u32; n];
-    let mut k = 0u32;
-    for (id, node) in g.nodes.iter().enumerate() {
-        if is_op(&node.op) {
-            k += 1;
-            debug_handle[id] = k;
-        }
-    }
+    let debug_handle = super::debug_handle::assign(g);
 
     let units = order_units(g, u, parts, &claimed, reason);
     Plan { units, implicit, debug_handle, mode }
@@ -616,6 +622,23 @@ fn form_partitions(g: &Graph, u: &Users, claimed: &[bool], groups: &[Vec<NodeId>
     Ok(members)
 }
 
+/// Whether a member of a partition (`in_part`) claims constant `c` as a dependency, which
+/// lifts it into the delegate as XNNPACK constant data: ExecuTorch's gemm configs claim a
+/// conv's or linear's weight (through its dequantize when quantized) and bias. No other
+/// constant is tagged (the XNNPACK partitioner does not call `tag_constant_data`), so the
+/// parameters, buffers and tensor constants torch.export lifts (a 0-D `eps` included:
+/// `ScalarToTensorPass` makes a Python scalar one) reach the delegate as external inputs
+/// fed from the program's constant segment (fixture `e`: RMSNorm's `eps` and weight).
+pub(crate) fn owns_constant(g: &Graph, u: &Users, in_part: &[bool], c: NodeId) -> bool {
+    let weight_or_bias = |m: NodeId, v: NodeId| {
+        in_part[m] && matches!(g.nodes[m].op, Op::Conv2d(_) | Op::Linear) && g.nodes[m].inputs[1..].contains(&v)
+    };
+    u.of(c).iter().any(|&m| {
+        weight_or_bias(m, c)
+            || in_part[m] && matches!(g.nodes[m].op, Op::Dequantize(_)) && u.of(m).iter().any(|&w| weight_or_bias(w, m))
+    })
+}
+
 /// Orders delegates and portable ops so every value is produced before it is read,
 /// preferring the unit whose first node comes earliest in the graph.
 fn order_units(
@@ -636,7 +659,8 @@ fn order_units(
         let mut inputs = Vec::new();
         for &m in &members {
             for &i in &g.nodes[m].inputs {
-                if !in_part[i] && !is_const(g, i) && !inputs.contains(&i) {
+                let owned = in_part[i] || is_const(g, i) && owns_constant(g, u, &in_part, i);
+                if !owned && !inputs.contains(&i) {
                     inputs.push(i);
                 }
             }

@@ -208,7 +208,10 @@ pub fn parse(bytes: &[u8]) -> Result<PteFile<'_>, PteError> {
     if let Some(list) = program.segments() {
         for (index, s) in list.iter().enumerate() {
             let (offset, size) = (s.offset(), s.size());
-            let base = eh.map(|h| h.segment_base_offset);
+            // Without an extended header no segment data can be located, but an empty
+            // segment needs none (ExecuTorch writes one for a program without delegates:
+            // fixture `f.pte`).
+            let base = eh.map(|h| h.segment_base_offset).or((size == 0).then_some(0));
             let file_offset = base.and_then(|b| b.checked_add(offset));
             match file_offset.and_then(|o| o.checked_add(size).map(|e| (o, e))) {
                 Some((o, end)) if end <= file_len => segments.push(Segment { index, file_offset: o, size }),

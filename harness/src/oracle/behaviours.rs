@@ -267,7 +267,7 @@ fn eval_one(g: &Graph, n: &Node, ins: &[Tensor]) -> Option<Tensor> {
     let k = nodes.len();
     nodes.push(Node { op: n.op.clone(), inputs: (0..k).collect(), spec: n.spec.clone() });
     let one = Graph { nodes, inputs: (0..k).collect(), outputs: vec![k] };
-    engine::reference(&one, ins).ok()?.pop()
+    engine::reference(&one, ins, engine::Interpreter::Plain).ok()?.pop()
 }
 
 /// The graph's outputs with XNNPACK's denormal flushing on the nodes it runs (every node but
@@ -394,7 +394,8 @@ impl<'a> Models<'a> {
     ) -> bool {
         if let (Some(g), Some(step)) = (&self.unquantized, step) {
             let inputs = &self.refs[r].inputs;
-            let m = self.unquantized_runs[r].get_or_init(|| engine::reference(g, inputs).ok());
+            let m =
+                self.unquantized_runs[r].get_or_init(|| engine::reference(g, inputs, engine::Interpreter::Plain).ok());
             if m.as_ref().and_then(|m| m.get(o)).is_some_and(|m| nearest_to(m, want, got, step)) {
                 return true;
             }
@@ -406,7 +407,7 @@ impl<'a> Models<'a> {
         let spread_like = got.values_f64().iter().any(|v| v.is_nan() || (nan_any && bounds.contains(v)));
         let spreads = spread_like
             && *self.gemm_nonfinite[r].get_or_init(|| {
-                engine::reference_all(self.graph, inputs)
+                engine::reference_all(self.graph, inputs, engine::Interpreter::Plain)
                     .is_ok_and(|all| gemm_reads_nonfinite(self.graph, &self.portable, &all))
             });
         let masked = excusing(want, got, |w, g| {
@@ -417,7 +418,7 @@ impl<'a> Models<'a> {
             return true;
         }
         if let Some(g) = &self.fused {
-            let m = self.fused_runs[r].get_or_init(|| engine::reference(g, inputs).ok());
+            let m = self.fused_runs[r].get_or_init(|| engine::reference(g, inputs, engine::Interpreter::Plain).ok());
             if m.as_ref().and_then(|m| m.get(o)).is_some_and(|m| within(m, got)) {
                 return true;
             }

@@ -21,14 +21,32 @@
 //! a documented behaviour that applies to the program.
 
 use super::behaviours::Models;
-use super::outputs::{compare_known, tolerance};
+use super::outputs::compare::{compare, Evidence};
+use super::outputs::tolerance;
 use super::{RefRun, Verdict};
 use crate::case::Case;
 use crate::engine::{self, Config, EngineError, Instance, Prepared, Simd};
 use crate::patterns::Built;
 use delegate::program::Step;
 use delegate::LoweredProgram;
-use std::borrow::Cow;
+
+/// The evidence of reference run `run` for its output `o` (as the outputs oracle's).
+struct RunEvidence<'r, 'a> {
+    run: &'r RefRun<'a>,
+    o: usize,
+}
+
+impl Evidence for RunEvidence<'_, '_> {
+    fn magnitude(&self) -> Option<&[f64]> {
+        self.run.magnitude_values(self.o)
+    }
+    fn peak(&self) -> f64 {
+        self.run.peak_magnitude()
+    }
+    fn wide(&self) -> Option<&[f64]> {
+        self.run.wide_values(self.o)
+    }
+}
 
 /// What real XNNPACK did with one lowered program.
 pub struct RealExec {
@@ -158,25 +176,15 @@ pub fn execute(
                         continue;
                     }
                     for (o, (w, g)) in want.iter().zip(&got).enumerate() {
-                        let mut mag = || run.magnitude_values(o).map(Cow::Borrowed);
-                        let mut peak = || run.peak_magnitude();
+                        let ev = RunEvidence { run, o };
                         let mut tol = tolerance(case, built, o, run.shapes.first().map_or(&[], |s| s));
                         // Behaviour 6: fp16 depthwise taps round like ops.
                         tol.ops += dw_taps.div_ceil(2);
-                        let mut differs = compare_known(w, run.values(o), g, &mut mag, &mut peak, &tol);
+                        let mut differs = compare(w, run.values(o), g, &ev, &tol);
                         if differs.is_some() {
                             // A documented behaviour (see `behaviours`) may explain it.
-                            let mut within = |m: &reference::Tensor, g: &reference::Tensor| {
-                                compare_known(
-                                    m,
-                                    None,
-                                    g,
-                                    &mut || run.magnitude_values(o).map(Cow::Borrowed),
-                                    &mut || run.peak_magnitude(),
-                                    &tol,
-                                )
-                                .is_none()
-                            };
+                            let mut within =
+                                |m: &reference::Tensor, g: &reference::Tensor| compare(m, None, g, &ev, &tol).is_none();
                             if models.explains(r, o, w, g, tol.step, &mut within) {
                                 differs = None;
                             }

@@ -35,12 +35,17 @@ pub struct MeanInfo {
 pub fn means(graph: &Graph) -> Vec<MeanInfo> {
     let mut out = vec![];
     for (id, n) in graph.nodes.iter().enumerate() {
-        let Op::Mean { dims, keepdim, dtype } = &n.op else { continue };
+        // `to_edge` makes `adaptive_avg_pool2d(x, [1, 1])` this mean (as `lower` does).
+        let (dims, keepdim, dtype): (&[i64], bool, Option<ElemType>) = match &n.op {
+            Op::Mean { dims, keepdim, dtype } => (dims, *keepdim, *dtype),
+            Op::AdaptiveAvgPool2d { .. } => (&[-1, -2], true, None),
+            _ => continue,
+        };
         let Some(x) = n.inputs.first().and_then(|&i| graph.nodes.get(i)) else { continue };
         let rank = x.spec.rank();
         let axes = mean_axes(dims, rank).unwrap_or_default();
         let float_in = matches!(x.spec.dtype, ElemType::F32 | ElemType::F16 | ElemType::Bf16);
-        let gap = rank == 4 && axes == [2, 3] && *keepdim && dtype.is_none() && x.spec.dtype != ElemType::Bf16;
+        let gap = rank == 4 && axes == [2, 3] && keepdim && dtype.is_none() && x.spec.dtype != ElemType::Bf16;
         // channels_last_3d tensors are outside the delegate's scope (a generic constraint
         // of every op config, not a mean rule).
         let cl3d = x.spec.format == MemoryFormat::ChannelsLast3d || n.spec.format == MemoryFormat::ChannelsLast3d;

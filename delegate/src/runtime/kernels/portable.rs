@@ -190,6 +190,10 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
     let want = |n: usize| if ins.len() < n { Err(format!("{} needs {n} inputs", op.name())) } else { Ok(()) };
     let (shape, vals) = match op {
         Op::Input { .. } | Op::Constant { .. } => return Err("inputs and constants are not ops".into()),
+        // Output size [1, 1] (validated): the mean over H and W, keepdim.
+        Op::AdaptiveAvgPool2d { .. } => {
+            return run(&Op::Mean { dims: vec![-1, -2], keepdim: true, dtype: None }, ins, out);
+        }
         Op::Mean { dims, keepdim, dtype } => {
             let axes = mean_axes(dims, x.rank()).map_err(|e| e.to_string())?;
             // Read in place: physical data, logical strides (no copy into logical order).

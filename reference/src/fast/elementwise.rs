@@ -1,0 +1,91 @@
+//! Elementwise ops of the fast evaluator: one loop per op, and broadcasting a row at a time
+//! over merged dims.
+
+use super::round::tensor_from_f64;
+use super::walk::{for_each_offset2, values_f64};
+use crate::dtype::ElemType;
+use crate::graph::BinaryOp;
+use crate::tensor::{row_major_strides, Tensor};
+
+/// Applies `f` to every value in f64 and rounds once to `dtype`.
+#[inline(never)]
+pub(super) fn map(x: &Tensor, dtype: ElemType, f: impl Fn(f64) -> f64) -> Tensor {
+    let v: Vec<f64> = values_f64(x).into_iter().map(f).collect();
+    tensor_from_f64(&x.shape, dtype, None, &v)
+}
+
+/// Elementwise with numpy broadcasting (right-aligned; size-1 dims repeat).
+#[inline(never)]
+pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], dtype: ElemType) -> Tensor {
+    // Strides of an operand over the output's dims: 0 where it repeats.
+    let strides = |t: &Tensor| -> Vec<usize> {
+        let st = row_major_strides(&t.shape);
+        let lead = out_shape.len() - t.rank();
+        (0..out_shape.len()).map(|k| if k < lead || t.shape[k - lead] == 1 { 0 } else { st[k - lead] }).collect()
+    };
+    let (sa, sb) = (strides(a), strides(b));
+    let (av, bv) = (values_f64(a), values_f64(b));
+    let same = a.shape == out_shape && b.shape == out_shape;
+    // One loop per op (generic `f`), so the op is not matched per element; operands of the
+    // output's shape are simply zipped.
+    let out = match op {
+        BinaryOp::Add => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x + y),
+        BinaryOp::Sub => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x - y),
+        BinaryOp::Mul => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x * y),
+        BinaryOp::Div => broadcast(out_shape, same, &sa, &sb, &av, &bv, |x, y| x / y),
+    };
+    tensor_from_f64(out_shape, dtype, None, &out)
+}
+
+/// `f(a[i], b[j])` for every output element, `i` and `j` its offsets under `sa` and `sb`;
+/// `same`: both operands have the output's shape (their offsets are the element's index).
+fn broadcast(
+    shape: &[usize],
+    same: bool,
+    sa: &[usize],
+    sb: &[usize],
+    a: &[f64],
+    b: &[f64],
+    f: impl Fn(f64, f64) -> f64,
+) -> Vec<f64> {
+    if same {
+        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+    }
+    let mut out = Vec::with_capacity(shape.iter().product());
+    let (shape, sa, sb) = coalesce(shape, sa, sb);
+    let Some(last) = shape.len().checked_sub(1) else {
+        return vec![f(a[0], b[0])];
+    };
+    // One row (the last dim) at a time; in a row an operand steps by 1 or repeats (0).
+    let len = shape[last];
+    for_each_offset2(&shape[..last], &sa[..last], &sb[..last], |i, j| match (sa[last], sb[last]) {
+        (1, 1) => out.extend(a[i..i + len].iter().zip(&b[j..j + len]).map(|(&x, &y)| f(x, y))),
+        (1, 0) => out.extend(a[i..i + len].iter().map(|&x| f(x, b[j]))),
+        (0, 1) => out.extend(b[j..j + len].iter().map(|&y| f(a[i], y))),
+        (da, db) => out.extend((0..len).map(|k| f(a[i + k * da], b[j + k * db]))),
+    });
+    out
+}
+
+/// `shape` and two stride sets over it, with the size-1 dims dropped and each pair of
+/// adjacent dims that both stride sets step through as one (`s[d] == s[d + 1] * shape[d + 1]`)
+/// merged: the same offsets in the same order, over fewer and longer dims.
+fn coalesce(shape: &[usize], sa: &[usize], sb: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let (mut dims, mut ta, mut tb) = (vec![], vec![], vec![]);
+    for ((&n, &x), &y) in shape.iter().zip(sa).zip(sb) {
+        if n == 1 {
+            continue;
+        }
+        match (dims.last_mut(), ta.last_mut(), tb.last_mut()) {
+            (Some(pn), Some(px), Some(py)) if *px == x * n && *py == y * n => {
+                (*pn, *px, *py) = (*pn * n, x, y);
+            }
+            _ => {
+                dims.push(n);
+                ta.push(x);
+                tb.push(y);
+            }
+        }
+    }
+    (dims, ta, tb)
+}
