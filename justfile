@@ -4,6 +4,11 @@
 test:
     cargo test --workspace
 
+# Real XNNPACK for the third engine: the executorch==1.5.1 wheel's libraries, unpacked
+# under target/xnnpack/ (idempotent; prints where they are).
+xnnpack:
+    scripts/fetch-xnnpack.sh
+
 # The main job: time-boxed differential fuzz.
 fuzz *ARGS:
     cargo run --release -p harness -- fuzz {{ARGS}}

@@ -14,12 +14,12 @@ pub mod check;
 pub mod report;
 pub mod stats;
 
+use crate::engine::{self, Config, Engine, Instance, Simd, Subject};
 use crate::programs::{self, NamedProgram};
 use anyhow::{bail, Context};
-use delegate::lower::{lower_with, LowerOptions};
-use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
+use delegate::runtime::ThreadPolicy;
 use delegate::{LoweredProgram, LoweringMode};
-use reference::data::{generate_inputs, DataOptions, Distribution};
+use reference::data::{DataOptions, Distribution};
 use reference::{ElemType, Graph, Tensor};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -269,26 +269,32 @@ pub fn prepare(p: &NamedProgram, seed: u64) -> anyhow::Result<Prepared> {
     let graph = p.graph().with_context(|| format!("program {} does not build", p.name))?;
     // Uniform data: representative timings, no NaN from rsqrt, qs8 inputs in range.
     let opts = DataOptions { specials: false, distribution: Some(Distribution::Uniform) };
-    let inputs = generate_inputs(&graph, &[], seed, &opts);
-    let reference = reference::eval::run(&graph, &inputs).map_err(|e| format!("reference: {e}"));
+    let inputs = engine::generate_inputs_with(&graph, &[], seed, &opts);
+    let reference = engine::Reference
+        .build(Subject::graph(&graph), Config::new(1, Simd::Best))
+        .and_then(|mut r| r.run(&inputs))
+        .map_err(|e| format!("reference: {e}"));
     let lowered = LoweringMode::ALL
         .iter()
-        .map(|&mode| {
-            let o = LowerOptions { enable_bf16: p.enable_bf16, ..LowerOptions::new(mode) };
-            (mode, lower_with(&graph, &o).map_err(|e| format!("lowering: {e}")))
-        })
+        .map(|&mode| (mode, engine::payload::lower(&graph, mode, p.enable_bf16).map_err(|e| format!("lowering: {e}"))))
         .collect();
     Ok(Prepared { program: p.clone(), graph, inputs, reference, lowered })
 }
 
-/// The runtime's constructor (kept in one place with [`run_program`]: the only calls into the
-/// runtime).
-fn build_program(l: &LoweredProgram, opts: &RunOptions) -> Result<Program, String> {
-    Program::new(l, opts).map_err(|e| e.to_string())
+/// Our runtime's instance of a program at `threads` with `policy`, on a pool of its own (kept
+/// in one place with [`run_program`]: the bench's only calls into an engine).
+fn build_program(
+    graph: &Graph,
+    l: &LoweredProgram,
+    threads: usize,
+    policy: ThreadPolicy,
+) -> Result<engine::Prepared, String> {
+    let config = Config { threads, simd: Simd::Best, policy: Some(policy), own_pool: true };
+    engine::Ours.build(Subject::lowered(graph, l), config).map_err(|e| e.to_string())
 }
 
-fn run_program(p: &mut Program, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    p.run(inputs).map_err(|e| e.to_string())
+fn run_program(p: &mut engine::Prepared, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    Instance::run(p, inputs).map_err(|e| e.to_string())
 }
 
 /// How long and how often to time one row group.
@@ -304,7 +310,7 @@ pub struct RowBudget {
 pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &MachineInfo) -> Vec<Row> {
     let p = &prep.program;
     let mut rows: Vec<Row> = Vec::new();
-    let mut progs: Vec<Option<Program>> = Vec::new();
+    let mut progs: Vec<Option<engine::Prepared>> = Vec::new();
     for v in VARIANTS {
         let lowered = prep.lowered.iter().find(|(m, _)| *m == v.mode).map(|(_, l)| l);
         let mut row = Row {
@@ -339,8 +345,7 @@ pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &Mac
             (Some(Ok(l)), Ok(want)) => {
                 row.delegates = l.summary.delegates;
                 row.transposes = l.summary.transposes;
-                let opts = RunOptions { threads, policy: v.policy, simd: SimdLevel::Auto, ..RunOptions::default() };
-                match build_program(l, &opts) {
+                match build_program(&prep.graph, l, threads, v.policy) {
                     Ok(mut prog) => match run_program(&mut prog, &prep.inputs) {
                         Ok(out) => match compare_outputs(&out, want, p.dtype) {
                             Ok(()) => Some(prog),

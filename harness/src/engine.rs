@@ -1,8 +1,18 @@
-//! The one place the harness calls the reference and the delegate.
+//! The one place the harness calls the reference, the delegate and real XNNPACK.
 //!
-//! Oracles and jobs go through these functions only, so an API change in either crate is
-//! absorbed here, and every error comes back as one [`EngineError`] carrying the stage that
-//! failed and, where the crate reports one, the [`ErrorClass`] the errors oracle compares.
+//! Three engines implement one small interface, in the spirit of wasmtime's `DiffEngine`:
+//! [`Engine::build`] makes an [`Instance`] of a case's subject (its graph and, for the
+//! delegate's engines, one lowering of it) in one [`Config`], [`Instance::run`] runs it on
+//! inputs, and what an engine cannot do comes back as an [`EngineError`] that says so
+//! ([`Engine::unavailable`] for a missing library, [`EngineError::refusal`] for a payload
+//! XNNPACK refuses). The engines are [`Reference`] (the scalar interpreter, the spec),
+//! [`Ours`] (our serializer, loader and threaded SIMD runtime) and [`Xnnpack`] (real XNNPACK
+//! from the ExecuTorch 1.5.1 wheel, on the payloads our loader returned; portable ops and
+//! hand-offs stay our runtime's, as ExecuTorch's are its portable kernels').
+//!
+//! Oracles and jobs go through this module only, so an API change in any crate is absorbed
+//! here, and every error comes back as one [`EngineError`] carrying the stage that failed and,
+//! where the crate reports one, the [`ErrorClass`] the errors oracle compares.
 
 use delegate::lower::{lower_modes, lower_with, LowerError, LowerOptions};
 use delegate::runtime::pool::Pool;
@@ -25,14 +35,16 @@ pub enum Stage {
     Run,
 }
 
-/// An error from either side, with its class when the crate reports one.
+/// An error from any engine, with its class when the crate reports one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineError {
     pub stage: Stage,
     pub class: Option<ErrorClass>,
     pub message: String,
-    /// The API this stage needs is not wired in yet (the oracles skip instead of failing).
+    /// The engine or the API this stage needs is not there (the oracles skip instead of failing).
     pub unavailable: bool,
+    /// Real XNNPACK refused the payload (at define, create, reshape, setup or invoke time).
+    pub refusal: Option<xnnpack::Refusal>,
 }
 
 impl std::fmt::Display for EngineError {
@@ -47,12 +59,142 @@ impl std::fmt::Display for EngineError {
 
 impl EngineError {
     fn new(stage: Stage, class: Option<ErrorClass>, message: impl std::fmt::Display) -> Self {
-        EngineError { stage, class, message: message.to_string(), unavailable: false }
+        EngineError { stage, class, message: message.to_string(), unavailable: false, refusal: None }
     }
 
-    #[allow(dead_code)]
-    fn unavailable(stage: Stage) -> Self {
-        EngineError { stage, class: None, message: format!("{stage:?} API not available yet"), unavailable: true }
+    fn unavailable(stage: Stage, why: impl std::fmt::Display) -> Self {
+        EngineError { stage, class: None, message: why.to_string(), unavailable: true, refusal: None }
+    }
+
+    fn refused(stage: Stage, r: xnnpack::Refusal) -> Self {
+        EngineError { stage, class: None, message: r.to_string(), unavailable: false, refusal: Some(r) }
+    }
+}
+
+/// The three engines, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EngineKind {
+    Reference,
+    Ours,
+    Xnnpack,
+}
+
+impl EngineKind {
+    pub const ALL: [EngineKind; 3] = [EngineKind::Reference, EngineKind::Ours, EngineKind::Xnnpack];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Reference => "reference",
+            EngineKind::Ours => "ours",
+            EngineKind::Xnnpack => "xnnpack",
+        }
+    }
+}
+
+/// What an engine builds from: a case's graph and, for the delegate's engines, one lowering.
+#[derive(Clone, Copy)]
+pub struct Subject<'a> {
+    pub graph: &'a Graph,
+    pub program: Option<&'a LoweredProgram>,
+}
+
+impl<'a> Subject<'a> {
+    pub fn graph(graph: &'a Graph) -> Subject<'a> {
+        Subject { graph, program: None }
+    }
+
+    pub fn lowered(graph: &'a Graph, program: &'a LoweredProgram) -> Subject<'a> {
+        Subject { graph, program: Some(program) }
+    }
+
+    fn program(&self, engine: &str) -> Result<&'a LoweredProgram, EngineError> {
+        self.program.ok_or_else(|| EngineError::new(Stage::Prepare, None, format!("{engine} needs a lowered program")))
+    }
+}
+
+/// How an instance runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// Threads, the caller included (our pool, or a pthreadpool of this many for XNNPACK).
+    pub threads: usize,
+    /// Our runtime's SIMD path (the other engines have one each).
+    pub simd: Simd,
+    /// Our runtime's thread policy; `None`: XNNPACK's per-output tasks on multi-threaded SIMD
+    /// runs, the cost model otherwise (see [`prepare`]).
+    pub policy: Option<ThreadPolicy>,
+    /// A pool of the instance's own, with the library's default spinning (the bench), instead
+    /// of the calling thread's shared one (the fuzz loop's, which spins only while the jobs'
+    /// pools fit the CPUs).
+    pub own_pool: bool,
+}
+
+impl Config {
+    pub fn new(threads: usize, simd: Simd) -> Config {
+        Config { threads, simd, policy: None, own_pool: false }
+    }
+}
+
+/// One engine of the differential test.
+pub trait Engine {
+    type Instance: Instance;
+
+    fn kind(&self) -> EngineKind;
+
+    /// Why this engine cannot run at all on this machine, if so (every build then fails with
+    /// an `unavailable` error saying it).
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
+    /// An instance of `subject` in `config`.
+    fn build(&self, subject: Subject<'_>, config: Config) -> Result<Self::Instance, EngineError>;
+}
+
+/// A built program of one engine.
+pub trait Instance {
+    /// Runs on `inputs` (graph-input order, each in its graph input's memory format); outputs in
+    /// graph-output order and formats.
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError>;
+}
+
+/// The reference interpreter as an engine (configuration-independent).
+pub struct Reference;
+
+/// A graph for the reference.
+pub struct ReferenceInstance {
+    graph: Graph,
+}
+
+impl Engine for Reference {
+    type Instance = ReferenceInstance;
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Reference
+    }
+
+    fn build(&self, subject: Subject<'_>, _config: Config) -> Result<ReferenceInstance, EngineError> {
+        Ok(ReferenceInstance { graph: subject.graph.clone() })
+    }
+}
+
+impl Instance for ReferenceInstance {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
+        reference(&self.graph, inputs, Interpreter::Plain)
+    }
+}
+
+/// Our delegate: serializer, loader and runtime.
+pub struct Ours;
+
+impl Engine for Ours {
+    type Instance = Prepared;
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Ours
+    }
+
+    fn build(&self, subject: Subject<'_>, config: Config) -> Result<Prepared, EngineError> {
+        prepare_with(subject.program("our runtime")?, config)
     }
 }
 
@@ -77,6 +219,12 @@ impl Simd {
 /// Seeded data for one tensor spec (concrete or at its bounds).
 pub fn generate(spec: &TensorSpec, seed: u64, specials: bool) -> Tensor {
     data::generate(spec, seed, &DataOptions { specials, distribution: None })
+}
+
+/// Seeded inputs for every graph input, at the given concrete shapes (empty: the bounds), with
+/// any data options (the bench draws uniform data).
+pub fn generate_inputs_with(graph: &Graph, shapes: &[Vec<usize>], seed: u64, opts: &DataOptions) -> Vec<Tensor> {
+    data::generate_inputs(graph, shapes, seed, opts)
 }
 
 /// Seeded inputs for every graph input, at the given concrete shapes.
@@ -167,24 +315,41 @@ fn runtime_class(e: &RuntimeError) -> Option<ErrorClass> {
     }
 }
 
-/// Builds a runnable program (serializing and loading every segment).
+/// Builds a runnable program on our runtime (serializing and loading every segment), on the
+/// calling thread's shared pool: `Ours.build` in the default [`Config`].
 pub fn prepare(program: &LoweredProgram, threads: usize, simd: Simd) -> Result<Prepared, EngineError> {
-    let (pool, level) = config(threads, simd)?;
+    prepare_with(program, Config::new(threads, simd))
+}
+
+fn prepare_with(program: &LoweredProgram, config: Config) -> Result<Prepared, EngineError> {
+    let (pool, level) = pool_config(config)?;
     Program::with_pool(program, level, pool)
         .map(|program| Prepared { program })
         .map_err(|e| EngineError::new(Stage::Prepare, runtime_class(&e), e))
 }
 
 /// The pool and SIMD level of a configuration: XNNPACK's per-output tasks on multi-threaded
-/// SIMD runs (even small reductions are split across threads); the cost model otherwise.
-fn config(threads: usize, simd: Simd) -> Result<(std::sync::Arc<Pool>, SimdLevel), EngineError> {
-    let policy = if threads > 1 && simd == Simd::Best { ThreadPolicy::PerOutputTasks } else { ThreadPolicy::CostModel };
-    let level = match simd {
+/// SIMD runs (even small reductions are split across threads), the cost model otherwise,
+/// unless the configuration names a policy.
+fn pool_config(c: Config) -> Result<(std::sync::Arc<Pool>, SimdLevel), EngineError> {
+    let threads = c.threads.max(1);
+    let policy = c.policy.unwrap_or(if threads > 1 && c.simd == Simd::Best {
+        ThreadPolicy::PerOutputTasks
+    } else {
+        ThreadPolicy::CostModel
+    });
+    let level = match c.simd {
         Simd::Best => SimdLevel::Auto,
         Simd::Fallback => SimdLevel::Scalar,
     };
-    let pool = shared_pool(threads.max(1), policy).map_err(|e| EngineError::new(Stage::Prepare, None, e))?;
-    Ok((pool, level))
+    let pool = if c.own_pool {
+        Pool::new(threads, policy)
+            .map(std::sync::Arc::new)
+            .map_err(|e| format!("starting a {threads}-thread pool: {e}"))
+    } else {
+        shared_pool(threads, policy)
+    };
+    Ok((pool.map_err(|e| EngineError::new(Stage::Prepare, None, e))?, level))
 }
 
 /// Idle spin of the harness's pools: longer than the gap between two multi-threaded runs of
@@ -204,11 +369,17 @@ pub fn set_checkers(jobs: usize) {
     CHECKERS.store(jobs.max(1), std::sync::atomic::Ordering::Relaxed);
 }
 
+/// CPUs this process may run on, read once (each `available_parallelism` call reads the
+/// affinity mask and cgroup limits: 15 M instructions over 300 fuzz cases).
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// The idle spin of a new pool of `threads`.
 fn pool_spin(threads: usize) -> std::time::Duration {
     let jobs = CHECKERS.load(std::sync::atomic::Ordering::Relaxed);
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if jobs * threads <= cpus {
+    if jobs * threads <= cpus() {
         POOL_SPIN
     } else {
         std::time::Duration::ZERO
@@ -240,7 +411,7 @@ fn shared_pool(threads: usize, policy: ThreadPolicy) -> Result<std::sync::Arc<Po
 impl Prepared {
     /// The same loaded program in another configuration (no second serialize, load and plan).
     pub fn reconfigure(&self, threads: usize, simd: Simd) -> Result<Prepared, EngineError> {
-        let (pool, level) = config(threads, simd)?;
+        let (pool, level) = pool_config(Config::new(threads, simd))?;
         self.program
             .reconfigure(level, pool)
             .map(|program| Prepared { program })
@@ -266,3 +437,14 @@ impl Prepared {
         self.program.isa_name()
     }
 }
+
+impl Instance for Prepared {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
+        Prepared::run(self, inputs)
+    }
+}
+
+mod real;
+pub use self::real::{disable_xnnpack, Xnnpack, XnnpackInstance};
+
+pub mod payload;

@@ -18,6 +18,7 @@
 use crate::case::{Case, Pattern};
 use crate::engine;
 use crate::gen::{nth_case, GenConfig};
+use crate::inflight;
 use crate::minimize::{self, Budget};
 use crate::oracle::{self, CaseReport, CheckOptions};
 use crate::report::{self, Coverage};
@@ -89,6 +90,10 @@ pub struct FuzzArgs {
     /// `--pattern`/`--dtype` filters that holds for `--jobs 1` only.
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Run without real XNNPACK (by default every case also runs on it when the library is
+    /// there: see `scripts/fetch-xnnpack.sh`).
+    #[arg(long)]
+    pub no_xnnpack: bool,
     /// Write cargo-fuzz seed corpora built from corpora/ into this folder, then exit.
     #[arg(long, value_name = "DIR")]
     pub export_fuzz_corpus: Option<PathBuf>,
@@ -115,6 +120,8 @@ pub struct Campaign {
     pub case_timeout: Option<Duration>,
     /// Worker threads, each checking its own cases (1: cases run in index order).
     pub jobs: usize,
+    /// Also check every case on real XNNPACK (when the library is there).
+    pub xnnpack: bool,
     /// Set from outside (SIGINT/SIGTERM): workers finish the case in hand and stop, a
     /// failure being minimized stops shrinking, and the outcome says so.
     pub interrupt: Option<Arc<AtomicBool>>,
@@ -144,6 +151,7 @@ impl Default for Campaign {
             dtypes: vec![],
             case_timeout: Some(Duration::from_secs(30)),
             jobs: 1,
+            xnnpack: true,
             interrupt: None,
         }
     }
@@ -219,6 +227,7 @@ fn hang_handler(c: &Campaign) -> impl Fn(&Case, u64, Duration) + Send + 'static 
             oracle: oracle::OracleKind::Panic,
             scope: "case".into(),
             verdict: oracle::Verdict::fail("timeout", format!("still running after {ran:.1?}")),
+            engine: None,
         });
         if let Some(dir) = &dir {
             match save_regression(dir, case, label, &format!("harness fuzz --seed {seed} (case #{index})"), &report) {
@@ -295,13 +304,17 @@ pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
 
 /// The check options the fuzz loop uses for case `index` (see [`CheckOptions::sampled`]),
 /// or the full matrix; either way with the fast reference (a failure is then checked again
-/// with the plain one, see `handle_failure`).
-fn loop_options(full: bool, index: u64) -> CheckOptions {
-    if full {
+/// with the plain one, see `handle_failure`), and without real XNNPACK under `--no-xnnpack`.
+fn loop_options(c: &Campaign, index: u64) -> CheckOptions {
+    let mut o = if c.full_matrix {
         CheckOptions { reference: engine::Interpreter::Fast, ..CheckOptions::default() }
     } else {
         CheckOptions::sampled(index)
+    };
+    if !c.xnnpack {
+        o.xnnpack = None;
     }
+    o
 }
 
 /// The label of a report's first failure.
@@ -338,6 +351,16 @@ struct Shared {
 
 fn campaign_inner(c: &Campaign) -> Outcome {
     let start = Instant::now();
+    // Cases a previous run died on (a crash inside real XNNPACK): reported as failures.
+    let crashed = c.out_dir.as_deref().map(inflight::collect).unwrap_or_default();
+    for k in &crashed {
+        eprintln!(
+            "a previous run died while checking a case (`{}`); saved to {}; replay with: cargo run --release -p harness -- replay {}",
+            k.origin,
+            k.saved.display(),
+            k.saved.display()
+        );
+    }
     let bar = if c.progress { Some(progress_bar(c)) } else { None };
     let shared = Shared {
         start,
@@ -355,16 +378,25 @@ fn campaign_inner(c: &Campaign) -> Outcome {
         for w in 1..c.jobs.max(1) {
             let (shared, bar) = (&shared, bar.as_ref());
             // A worker that cannot start leaves its share to the others.
-            let _ =
-                std::thread::Builder::new().name(format!("fuzz-{w}")).spawn_scoped(s, move || worker(c, shared, bar));
+            let _ = std::thread::Builder::new()
+                .name(format!("fuzz-{w}"))
+                .spawn_scoped(s, move || worker(c, shared, bar, w));
         }
-        worker(c, &shared, bar.as_ref());
+        worker(c, &shared, bar.as_ref(), 0);
     });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
     let mut outcome = shared.outcome.into_inner().unwrap_or_else(|e| e.into_inner());
     outcome.found.sort_by_key(|f| f.index);
+    for k in crashed {
+        let detail = format!("  the process died while checking it ({})\n", k.origin);
+        let (original, minimized) = (k.case.clone(), k.case);
+        outcome.found.insert(
+            0,
+            Found { index: 0, label: "crash/signal".into(), original, minimized, detail, path: Some(k.saved) },
+        );
+    }
     outcome.filtered = shared.filtered.into_inner();
     // A worker that hit `max_cases` took one number past it and ran nothing for it.
     let next = shared.next.into_inner();
@@ -379,12 +411,15 @@ fn campaign_inner(c: &Campaign) -> Outcome {
 
 /// One worker of a campaign: takes case numbers from the shared counter until a limit, a
 /// failure (without `--keep-going`) or another worker stops the campaign.
-fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
+fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>, id: usize) {
     let (shard, nshards) = c.shard;
     let plain_status = c.progress && !std::io::stderr().is_terminal();
     let watchdog = c.case_timeout.map(|t| Watchdog::start(t, hang_handler(c)));
     let mut local = Outcome::default();
     let unfiltered = c.patterns.is_empty() && c.dtypes.is_empty();
+    // The case in flight, on disk while it runs (real XNNPACK, and our SIMD kernels, are code
+    // that can crash the process: see `inflight`).
+    let mut in_flight = c.out_dir.as_deref().and_then(|d| inflight::InFlight::open(d, id).ok());
     while !sh.stop.load(Ordering::Acquire) && !c.interrupted() && c.duration.is_none_or(|d| sh.start.elapsed() < d) {
         let t = sh.next.fetch_add(1, Ordering::Relaxed);
         if unfiltered && c.max_cases.is_some_and(|m| t >= m) {
@@ -408,7 +443,10 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
         if let Some(w) = &watchdog {
             w.watch(&case, this);
         }
-        let report = check_caught(&case, &loop_options(c.full_matrix, this));
+        if let Some(f) = &mut in_flight {
+            f.record(&case, this, c.seed);
+        }
+        let report = check_caught(&case, &loop_options(c, this));
         if let Some(w) = &watchdog {
             // Minimizing a failure runs many cases and may take longer than one case.
             w.clear();
@@ -479,7 +517,7 @@ fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &C
     let first = c.out_dir.as_ref().and_then(|dir| save_regression(dir, case, label, &origin, report).ok());
     // The minimizer and replay check the full matrix with the plain reference, so what we
     // save replays anywhere.
-    let full = CheckOptions::default();
+    let full = CheckOptions { xnnpack: c.xnnpack.then_some(oracle::XnnpackPlan::FULL), ..CheckOptions::default() };
     let minimized = if c.minimize {
         // Interrupted, it stops shrinking (every further candidate "passes") and keeps the
         // smallest failing case so far.
@@ -591,7 +629,10 @@ pub fn corpus_files(corpora: &Path) -> Result<Vec<PathBuf>> {
             for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
                 let p = e?.path();
                 if p.is_dir() {
-                    stack.push(p);
+                    // Not `.in-flight/` (see `inflight`): the fuzz job's own working files.
+                    if !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                        stack.push(p);
+                    }
                 } else if p.extension().is_some_and(|x| x == "json" || x == "jsonl") {
                     files.push(p);
                 }
@@ -762,6 +803,7 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
             Some(j) => j,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
+        xnnpack: !args.no_xnnpack,
         interrupt: None,
     };
     if let Err(why) = first_runnable(&campaign) {

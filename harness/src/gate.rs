@@ -14,11 +14,10 @@
 //! Node type names, wherever they come from (golden file, limits, command line), must be
 //! members of the schema's `XNodeUnion` (B6: a misspelled name must not count as zero).
 
+use crate::engine::payload::{self as serialize, LoadLimits};
 use crate::programs::{self, Family, NamedProgram};
 use anyhow::{bail, Context};
-use delegate::lower::{lower_with, LowerOptions};
 use delegate::program::Step;
-use delegate::serialize::{self, LoadLimits};
 use delegate::xnn::{node_type_id, XnnGraph, NODE_TYPE_NAMES};
 use delegate::LoweringMode;
 use serde::{Deserialize, Serialize};
@@ -230,13 +229,9 @@ pub fn graphs_path(golden: &Path) -> PathBuf {
     golden.with_file_name("graphs.jsonl")
 }
 
-fn options(p: &NamedProgram, mode: LoweringMode) -> LowerOptions {
-    LowerOptions { enable_bf16: p.enable_bf16, ..LowerOptions::new(mode) }
-}
-
 /// Lowers one program in one mode and records everything the table pins.
 pub fn compute_entry(p: &NamedProgram, graph: &reference::Graph, mode: LoweringMode) -> (ModeEntry, Vec<StoredGraph>) {
-    let lowered = match lower_with(graph, &options(p, mode)) {
+    let lowered = match serialize::lower(graph, mode, p.enable_bf16) {
         Ok(l) => l,
         Err(e) => return (ModeEntry { error: Some(e.to_string()), ..Default::default() }, vec![]),
     };
@@ -719,7 +714,7 @@ impl Limits {
 
 /// The XNNPACK payloads of a `.pte` file, in segment order.
 pub fn pte_payloads(bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
-    let payloads = delegate::serialize::pte::xnnpack_payloads(bytes).context("reading the .pte file")?;
+    let payloads = serialize::pte::xnnpack_payloads(bytes).context("reading the .pte file")?;
     Ok(payloads.into_iter().map(|p| p.to_vec()).collect())
 }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::engine::payload::{self as serialize, decode, pte, Decoded, LoadLimits, XnnHeader};
 use anyhow::Context;
-use delegate::serialize::{self, decode, pte, Decoded, LoadLimits, XnnHeader};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 

@@ -1,7 +1,8 @@
 //! The harness: cases, generators, oracles and the command-line jobs.
 //!
 //! Generators make [`case`]s, oracles judge them, and the jobs (`fuzz`, `replay`,
-//! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both.
+//! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both. Every call into the
+//! reference, the delegate and real XNNPACK goes through [`engine`].
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +13,7 @@ pub mod engine;
 pub mod fuzz;
 pub mod gate;
 pub mod gen;
+pub mod inflight;
 pub mod inspect;
 pub mod interrupt;
 pub mod minimize;

@@ -6,19 +6,24 @@
 //!   [`reference::graph::ErrorClass`];
 //! - [`bytes`]: load then re-serialize is the identity (which also shows the writer gives
 //!   equal graphs equal bytes), GAP-only programs are identical across modes;
-//! - [`structure`]: each mode's summary obeys the mode's rules.
+//! - [`structure`]: each mode's summary obeys the mode's rules;
+//! - [`real`]: real XNNPACK against the reference, in every mode at 1 and N threads, under the
+//!   outputs oracle's tolerances (`outputs/xnnpack_mismatch`), and whether it accepts what our
+//!   runtime runs (`errors/xnnpack_refuses`).
 //!
 //! A failure is labelled `<oracle>/<kind>` (for example `outputs/mismatch`,
 //! `errors/class_mismatch`, `bytes/nondeterministic`, `structure/mean_outside`); a panic
 //! anywhere is labelled `panic`. [`check`] runs every oracle on one case.
 
+pub mod behaviours;
 pub mod bytes;
 pub mod errors;
 pub mod outputs;
+pub mod real;
 pub mod structure;
 
 use crate::case::{Case, InvalidCase};
-use crate::engine::{self, EngineError, Interpreter, Simd};
+use crate::engine::{self, EngineError, EngineKind, Interpreter, Simd};
 use crate::patterns::{self, Built};
 use delegate::{LoweredProgram, LoweringMode};
 use reference::{ElemType, Tensor};
@@ -79,6 +84,8 @@ pub struct Check {
     /// `main`, `static_mean`, `nhwc_aware`, or `case`.
     pub scope: String,
     pub verdict: Verdict,
+    /// The engine checked against the reference, where it is not our runtime (real XNNPACK).
+    pub engine: Option<EngineKind>,
 }
 
 impl Check {
@@ -91,10 +98,33 @@ impl Check {
     }
 }
 
+/// What one engine did with a case: ran it (with how many XNNPACK invocations), or why not.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineUse {
+    pub ran: bool,
+    /// Why it did not run (the first reason met), when it did not.
+    pub skipped: Option<String>,
+    /// `xnn_invoke_runtime` calls (real XNNPACK only).
+    pub invocations: u64,
+}
+
+impl EngineUse {
+    fn note(&mut self, ran: Result<(), String>) {
+        match ran {
+            Ok(()) => self.ran = true,
+            Err(why) => {
+                self.skipped.get_or_insert(why);
+            }
+        }
+    }
+}
+
 /// Every check made on one case.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CaseReport {
     pub checks: Vec<Check>,
+    /// Per engine: whether it ran the case (the coverage summary's engine lines).
+    pub engines: std::collections::BTreeMap<EngineKind, EngineUse>,
     /// The case can not be run as written (every oracle skipped it): `replay` fails on it,
     /// the fuzz job counts a skip, a fuzz target finds it uninteresting.
     pub invalid: Option<InvalidCase>,
@@ -110,7 +140,15 @@ impl CaseReport {
     }
 
     fn push(&mut self, oracle: OracleKind, scope: &str, verdict: Verdict) {
-        self.checks.push(Check { oracle, scope: scope.to_string(), verdict });
+        self.checks.push(Check { oracle, scope: scope.to_string(), verdict, engine: None });
+    }
+
+    fn push_engine(&mut self, engine: EngineKind, oracle: OracleKind, scope: &str, verdict: Verdict) {
+        self.checks.push(Check { oracle, scope: scope.to_string(), verdict, engine: Some(engine) });
+    }
+
+    fn engine(&mut self, engine: EngineKind) -> &mut EngineUse {
+        self.engines.entry(engine).or_default()
     }
 
     /// A case that can not be run as written: every oracle skips it, saying why.
@@ -118,6 +156,9 @@ impl CaseReport {
         let mut r = CaseReport::default();
         for o in [OracleKind::Outputs, OracleKind::Errors, OracleKind::Bytes, OracleKind::Structure] {
             r.push(o, "case", Verdict::Skip(e.to_string()));
+        }
+        for k in EngineKind::ALL {
+            r.engine(k).note(Err(format!("not applicable: {e}")));
         }
         r.invalid = Some(e);
         r
@@ -142,6 +183,27 @@ pub struct CheckOptions {
     pub plain: bool,
     /// The reference evaluator: plain everywhere but in the fuzz loop.
     pub reference: Interpreter,
+    /// Which programs also run on real XNNPACK, when the library is there ([`real`]); `None`:
+    /// none.
+    pub xnnpack: Option<XnnpackPlan>,
+}
+
+/// Which programs of a case run on real XNNPACK.
+#[derive(Clone, Debug, PartialEq)]
+pub struct XnnpackPlan {
+    /// The modes whose programs run (`None`: every mode), at 1 thread.
+    pub modes: Option<Vec<LoweringMode>>,
+    /// Also at each of the case's thread counts above 1 (a pthreadpool of that many).
+    pub multi_thread: bool,
+}
+
+impl XnnpackPlan {
+    /// Every mode at 1 and N threads.
+    pub const FULL: XnnpackPlan = XnnpackPlan { modes: None, multi_thread: true };
+
+    fn runs(&self, modes: &[LoweringMode]) -> bool {
+        self.modes.as_ref().is_none_or(|m| modes.iter().any(|x| m.contains(x)))
+    }
 }
 
 impl Default for CheckOptions {
@@ -156,6 +218,7 @@ impl Default for CheckOptions {
             ],
             plain: false,
             reference: Interpreter::Plain,
+            xnnpack: Some(XnnpackPlan::FULL),
         }
     }
 }
@@ -166,11 +229,21 @@ impl CheckOptions {
     /// N threads fallback) x (three modes), so nine consecutive cases cover the full matrix.
     /// Each program start serializes, loads and plans every segment (and a pool start costs
     /// a thread spawn): the largest fixed costs of a small case.
+    ///
+    /// Real XNNPACK runs one mode's program per case, rotating (`index % 3`), at 1 thread, and
+    /// at N threads every third case of each mode (`index / 3 % 3 == 0`): nine consecutive
+    /// cases cover its matrix too. Each program there costs an XNNPACK runtime's creation
+    /// (about 18 k instructions, most of them XNNPACK zeroing its operator tables) and a run
+    /// of the whole program, its portable ops included.
     pub fn sampled(index: u64) -> CheckOptions {
         let extra = [(1, Simd::Fallback), (0, Simd::Best), (0, Simd::Fallback)][(index % 3) as usize];
         let mode = LoweringMode::ALL[(index / 3 % 3) as usize];
         let configs = vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))];
-        CheckOptions { configs, plain: false, reference: Interpreter::Fast }
+        let xnnpack = XnnpackPlan {
+            modes: Some(vec![LoweringMode::ALL[(index % 3) as usize]]),
+            multi_thread: (index / 3).is_multiple_of(3),
+        };
+        CheckOptions { configs, plain: false, reference: Interpreter::Fast, xnnpack: Some(xnnpack) }
     }
 
     /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
@@ -392,6 +465,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
     };
     // The reference must accept exactly the valid cases.
     report.push(OracleKind::Errors, "reference", errors::reference_verdict(case, &runs));
+    report.engine(EngineKind::Reference).note(Ok(()));
 
     // Lower every mode the case asks for, plus StaticMean when NhwcAware needs its summary.
     let mut programs: Vec<(LoweringMode, Result<LoweredProgram, EngineError>)> = vec![];
@@ -413,6 +487,8 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         modes: Vec<LoweringMode>,
         verdicts: Option<(Verdict, Verdict, Verdict)>,
         payloads: Option<Vec<Vec<u8>>>,
+        /// Real XNNPACK's errors and outputs verdicts.
+        real: Option<(Verdict, Verdict)>,
     }
     let mut shared: Vec<Shared> = vec![];
     let mut mode_payloads: Vec<(LoweringMode, Vec<Vec<u8>>)> = vec![];
@@ -434,6 +510,8 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
                 for o in [OracleKind::Outputs, OracleKind::Bytes, OracleKind::Structure] {
                     report.push(o, scope, Verdict::Skip(why.clone()));
                 }
+                report.engine(EngineKind::Ours).note(Err(why.clone()));
+                report.engine(EngineKind::Xnnpack).note(Err(why));
                 continue;
             }
         };
@@ -445,7 +523,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         let same = |s: &&mut Shared| programs[s.program].1.as_ref().is_ok_and(|p| same_program(p, program));
         match shared.iter_mut().find(|s| same(s)) {
             Some(s) => s.modes.push(*mode),
-            None => shared.push(Shared { program: k, modes: vec![*mode], verdicts: None, payloads: None }),
+            None => shared.push(Shared { program: k, modes: vec![*mode], verdicts: None, payloads: None, real: None }),
         }
     }
     for s in &mut shared {
@@ -458,8 +536,9 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
                 }
             }
         }
-        let prepared = configs.first().and_then(|&(t, simd)| engine::prepare(program, t, simd).ok());
-        let (bytes_verdict, payloads) = match &prepared {
+        let prepared_r = configs.first().map(|&(t, simd)| engine::prepare(program, t, simd));
+        let prepared = prepared_r.as_ref().and_then(|r| r.as_ref().ok());
+        let (bytes_verdict, payloads) = match prepared {
             Some(p) => {
                 let v = bytes::written_verdict(program, p.payloads(), p.loaded_graphs());
                 // Payloads are copied only for the GAP-identity check below.
@@ -468,7 +547,36 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             }
             None => bytes::segment_verdict(program),
         };
-        let exec = outputs::execute(case, &built, &runs, program, prepared.as_ref(), &configs, opts.plain);
+        let exec = outputs::execute(case, &built, &runs, program, prepared, &configs, opts.plain);
+        report.engine(EngineKind::Ours).note(match &prepared_r {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(format!("prepare: {e}")),
+            None => Err("no configuration runs this mode".into()),
+        });
+        if let Some(plan) = opts.xnnpack.as_ref().filter(|p| p.runs(&s.modes)) {
+            // XNNPACK reuses our runtime's loaded graphs (a 1-thread preparation when the
+            // configurations asked for none).
+            let single;
+            let ours = match &prepared_r {
+                Some(r) => r.as_ref(),
+                None => {
+                    single = engine::prepare(program, 1, Simd::Best);
+                    single.as_ref()
+                }
+            };
+            let ours_ran = ours.is_ok() && exec.errors == Verdict::Pass;
+            let mut threads = vec![1];
+            if plan.multi_thread {
+                threads.extend(case.threads.iter().copied().filter(|&t| t > 1));
+            }
+            threads.sort_unstable();
+            threads.dedup();
+            let r = real::execute(case, &built, &runs, program, ours, ours_ran, &threads);
+            let xnn = report.engine(EngineKind::Xnnpack);
+            xnn.invocations += r.invocations;
+            xnn.note(r.ran);
+            s.real = Some((r.errors, r.outputs));
+        }
         s.verdicts = Some((bytes_verdict, exec.errors, exec.outputs));
         s.payloads = payloads;
     }
@@ -484,6 +592,10 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             report.push(OracleKind::Bytes, mode.name(), note(b));
             report.push(OracleKind::Errors, mode.name(), note(e));
             report.push(OracleKind::Outputs, mode.name(), note(o));
+            if let Some((re, ro)) = &s.real {
+                report.push_engine(EngineKind::Xnnpack, OracleKind::Errors, mode.name(), note(re));
+                report.push_engine(EngineKind::Xnnpack, OracleKind::Outputs, mode.name(), note(ro));
+            }
             if let Some(p) = &s.payloads {
                 mode_payloads.push((mode, p.clone()));
             }

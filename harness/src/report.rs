@@ -1,6 +1,7 @@
 //! Coverage and verdict reporting shared by `fuzz` and `replay`.
 
 use crate::case::Case;
+use crate::engine::EngineKind;
 use crate::oracle::{CaseReport, OracleKind, Verdict};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,6 +22,23 @@ pub struct Coverage {
     pub per_oracle: BTreeMap<OracleKind, [u64; 3]>,
     /// Skip reasons, counted (the first line of each).
     pub skip_reasons: BTreeMap<String, u64>,
+    /// Per engine: cases it ran, and the cases it skipped counted by reason.
+    pub per_engine: BTreeMap<EngineKind, EngineCount>,
+}
+
+/// One engine's share of a campaign.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineCount {
+    pub ran: u64,
+    /// `xnn_invoke_runtime` calls (real XNNPACK only).
+    pub invocations: u64,
+    /// Skipped cases by reason (its first line, shortened).
+    pub skipped: BTreeMap<String, u64>,
+}
+
+/// A reason's first line, at most `n` characters.
+fn short(reason: &str, n: usize) -> String {
+    reason.lines().next().unwrap_or("").chars().take(n).collect()
 }
 
 impl Coverage {
@@ -39,6 +57,12 @@ impl Coverage {
         add(&mut self.per_mode, &o.per_mode);
         add(&mut self.per_feature, &o.per_feature);
         add(&mut self.skip_reasons, &o.skip_reasons);
+        for (k, v) in &o.per_engine {
+            let e = self.per_engine.entry(*k).or_default();
+            e.ran += v.ran;
+            e.invocations += v.invocations;
+            add(&mut e.skipped, &v.skipped);
+        }
         for (k, v) in &o.per_oracle {
             let e = self.per_oracle.entry(*k).or_default();
             for i in 0..3 {
@@ -83,13 +107,23 @@ impl Coverage {
         for f in features {
             *self.per_feature.entry(f).or_default() += 1;
         }
+        for (k, u) in &report.engines {
+            let e = self.per_engine.entry(*k).or_default();
+            e.invocations += u.invocations;
+            if u.ran {
+                e.ran += 1;
+            } else if let Some(why) = &u.skipped {
+                *e.skipped.entry(short(why, 100)).or_default() += 1;
+            }
+        }
         let mut modes_seen = std::collections::BTreeSet::new();
         for c in &report.checks {
             let slot = match &c.verdict {
                 Verdict::Pass => 0,
                 Verdict::Skip(reason) => {
                     let first = reason.lines().next().unwrap_or("").chars().take(90).collect::<String>();
-                    *self.skip_reasons.entry(format!("{}: {first}", c.oracle.name())).or_default() += 1;
+                    let engine = c.engine.map_or(String::new(), |e| format!(" [{}]", e.name()));
+                    *self.skip_reasons.entry(format!("{}{engine}: {first}", c.oracle.name())).or_default() += 1;
                     1
                 }
                 Verdict::Fail { .. } => 2,
@@ -124,6 +158,17 @@ impl Coverage {
             }
             let _ = writeln!(s, "  {:<9} {p:>10} {k:>10} {f:>10}", o.name());
         }
+        for (k, e) in &self.per_engine {
+            let skipped: u64 = e.skipped.values().sum();
+            let runs =
+                if *k == EngineKind::Xnnpack { format!(" ({} delegate runs)", e.invocations) } else { String::new() };
+            let _ = writeln!(s, "  {:<9} {}: ran {} cases{runs}, skipped {skipped}", "engine", k.name(), e.ran);
+            let mut reasons: Vec<_> = e.skipped.iter().collect();
+            reasons.sort_by(|a, b| b.1.cmp(a.1));
+            for (r, n) in reasons.into_iter().take(5) {
+                let _ = writeln!(s, "    {n:>8}  {r}");
+            }
+        }
         if !self.skip_reasons.is_empty() {
             let mut reasons: Vec<_> = self.skip_reasons.iter().collect();
             reasons.sort_by(|a, b| b.1.cmp(a.1));
@@ -140,15 +185,19 @@ impl Coverage {
 pub fn verdicts(report: &CaseReport) -> String {
     let mut s = String::new();
     for c in &report.checks {
+        let scope = match c.engine {
+            Some(e) => format!("{} [{}]", c.scope, e.name()),
+            None => c.scope.clone(),
+        };
         match &c.verdict {
             Verdict::Pass => {
-                let _ = writeln!(s, "  PASS  {:<10} {}", c.oracle.name(), c.scope);
+                let _ = writeln!(s, "  PASS  {:<10} {scope}", c.oracle.name());
             }
             Verdict::Skip(r) => {
-                let _ = writeln!(s, "  skip  {:<10} {}: {r}", c.oracle.name(), c.scope);
+                let _ = writeln!(s, "  skip  {:<10} {scope}: {r}", c.oracle.name());
             }
             Verdict::Fail { kind, detail } => {
-                let _ = writeln!(s, "  FAIL  {:<10} {}: {}/{kind}", c.oracle.name(), c.scope, c.oracle.name());
+                let _ = writeln!(s, "  FAIL  {:<10} {scope}: {}/{kind}", c.oracle.name(), c.oracle.name());
                 for l in detail.lines() {
                     let _ = writeln!(s, "        {l}");
                 }

@@ -34,7 +34,7 @@ impl Program {
     pub fn bind(&self, inputs: Vec<Tensor>) -> Result<Bound<'_>, RuntimeError> {
         self.check_inputs(&inputs)?;
         let mut state = self.take_state();
-        let outputs = match self.execute(&mut state, &inputs) {
+        let outputs = match self.execute(&mut state, &inputs, None) {
             Ok(()) => self.outputs_of(&mut state, &inputs),
             Err(e) => Err(e),
         };
@@ -61,7 +61,7 @@ impl Bound<'_> {
                 *Program::written_slot(&mut self.state, w) = Some(std::mem::replace(out, placeholder()));
             }
         }
-        let r = self.program.execute(&mut self.state, &self.inputs);
+        let r = self.program.execute(&mut self.state, &self.inputs, None);
         for k in 0..self.outputs.len() {
             match self.program.written_output(k) {
                 Some(w) => {

@@ -18,7 +18,7 @@ mod program;
 pub mod simd;
 
 pub use bound::Bound;
-pub use program::Program;
+pub use program::{Program, SegmentExecutor};
 
 use reference::{ElemType, GraphErrorKind, MemoryFormat};
 

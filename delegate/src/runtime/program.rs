@@ -8,7 +8,7 @@
 
 use super::exec::{SegInput, SegmentState};
 use super::kernels::{portable, Ctx, Scratch, View};
-use super::plan::{Owned, SegmentPlan};
+use super::plan::{BoundInput, Owned, SegmentOutput, SegmentPlan};
 use super::pool::Pool;
 use super::simd::Isa;
 use super::{force_scalar, resolve_simd_with, RunOptions, RuntimeError, SimdLevel};
@@ -123,6 +123,14 @@ struct Loaded {
     spare: Mutex<Vec<RunState>>,
     /// `DELEGATE_FORCE_SCALAR=1` as it was when the program was prepared.
     force_scalar: bool,
+}
+
+/// Runs delegate segments in place of the runtime's plans ([`Program::run_with`]).
+pub trait SegmentExecutor {
+    /// Runs segment `segment` (an index into [`Program::loaded_graphs`]) on `inputs`, bound
+    /// (typed data, physical dims) exactly as the runtime's own plan would get them; returns
+    /// the outputs in segment output order.
+    fn run_segment(&mut self, segment: usize, inputs: &[BoundInput]) -> Result<Vec<SegmentOutput>, RuntimeError>;
 }
 
 /// An executable program. `run` takes `&self`; concurrent calls are serialized.
@@ -419,6 +427,21 @@ impl Program {
 
     /// Runs the program on `inputs` (in graph-input order, each in its slot's memory format).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_steps(inputs, None)
+    }
+
+    /// As [`Program::run`], with every delegate segment run by `exec` instead of this
+    /// runtime's plans (portable ops and hand-offs stay this runtime's): how a whole program
+    /// runs with its segments on another engine.
+    pub fn run_with(&self, inputs: &[Tensor], exec: &mut dyn SegmentExecutor) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_steps(inputs, Some(exec))
+    }
+
+    fn run_steps(
+        &self,
+        inputs: &[Tensor],
+        exec: Option<&mut dyn SegmentExecutor>,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         self.check_inputs(inputs)?;
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if guard.segments.is_empty() {
@@ -435,7 +458,7 @@ impl Program {
                 state.written.get_mut(w).map(Option::take);
             }
         }
-        self.execute(state, inputs)?;
+        self.execute(state, inputs, exec)?;
         self.collect_outputs(state, inputs)
     }
 
@@ -470,8 +493,14 @@ impl Program {
         }
     }
 
-    /// Runs every step on `inputs` (checked), writing every written slot's tensor in `state`.
-    pub(super) fn execute(&self, state: &mut RunState, inputs: &[Tensor]) -> Result<(), RuntimeError> {
+    /// Runs every step on `inputs` (checked), writing every written slot's tensor in `state`;
+    /// delegate segments on `exec` where one is given, else on this runtime's plans.
+    pub(super) fn execute(
+        &self,
+        state: &mut RunState,
+        inputs: &[Tensor],
+        mut exec: Option<&mut dyn SegmentExecutor>,
+    ) -> Result<(), RuntimeError> {
         self.fit(state);
         state.run += 1;
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
@@ -509,6 +538,31 @@ impl Program {
                             let ord = if ord.len() == t.rank() { ord.as_slice() } else { &IDENTITY[..t.rank().min(8)] };
                             d.extend(ord.iter().map(|&o| t.shape[o]));
                         }
+                    }
+                    if let Some(e) = exec.as_deref_mut() {
+                        // Another engine runs the segment: bound inputs as this runtime's plan
+                        // would get them, its outputs settled into the slots as ours are.
+                        let mut bound = Vec::with_capacity(ins.len());
+                        for (k, &s) in ins.iter().enumerate() {
+                            let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
+                            bound.push(BoundInput { view: view_of(t), dims: dims[k].clone() });
+                        }
+                        let produced = e.run_segment(seg_i, &bound)?;
+                        drop(bound);
+                        if produced.len() != outs.len() {
+                            return Err(RuntimeError::InvalidProgram(format!(
+                                "step {i}: the segment executor returned {} outputs for {}",
+                                produced.len(),
+                                outs.len()
+                            )));
+                        }
+                        for (o, &s) in produced.into_iter().zip(outs) {
+                            let Home::Written(w) = self.l.homes[s] else { unreachable!("`with_pool` checked") };
+                            self.settle(&ctx, i, s, o.data, &o.dims, &mut written[w])?;
+                            written_in[w] = run;
+                        }
+                        seg_i += 1;
+                        continue;
                     }
                     // On the stack for the usual few inputs (no allocation per run).
                     const FEW: usize = 4;

@@ -1,0 +1,166 @@
+//! Real XNNPACK as an engine: the payloads our loader returned, compiled by the `xnnpack`
+//! crate, run with our runtime's portable ops and hand-offs between them
+//! ([`delegate::runtime::Program::run_with`]).
+
+use super::{
+    pool_spin, prepare_with, runtime_class, Config, Engine, EngineError, EngineKind, Instance, Prepared, Simd, Stage,
+    Subject,
+};
+use delegate::LoweredProgram;
+use reference::Tensor;
+
+/// Real XNNPACK (the ExecuTorch 1.5.1 wheel's library), on the payloads our loader returned.
+/// `--no-xnnpack` and a missing library both make it unavailable.
+pub struct Xnnpack {
+    lib: Result<&'static xnnpack::Xnnpack, String>,
+}
+
+static XNNPACK_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns real XNNPACK off for this process (`--no-xnnpack`).
+pub fn disable_xnnpack() {
+    XNNPACK_OFF.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Xnnpack {
+    /// The process's library (loaded and probed once), or why there is none.
+    pub fn new() -> Xnnpack {
+        if XNNPACK_OFF.load(std::sync::atomic::Ordering::Relaxed) {
+            return Xnnpack { lib: Err("real XNNPACK is off (--no-xnnpack)".into()) };
+        }
+        Xnnpack { lib: xnnpack::library().map_err(|e| format!("real XNNPACK is unavailable: {e}")) }
+    }
+
+    /// The loaded library, when there is one.
+    pub fn library(&self) -> Option<&'static xnnpack::Xnnpack> {
+        self.lib.as_ref().ok().copied()
+    }
+
+    /// An instance reusing what our runtime already loaded for the same program (`ours`, from
+    /// [`prepare`] of `program`): its loaded graphs, and its hand-offs run single-threaded.
+    pub fn build_from(
+        &self,
+        ours: &Prepared,
+        program: &LoweredProgram,
+        config: Config,
+    ) -> Result<XnnpackInstance, EngineError> {
+        let lib = self.lib.as_ref().map_err(|e| EngineError::unavailable(Stage::Prepare, e))?;
+        let hand_offs = ours.reconfigure(1, Simd::Best)?;
+        let threads = config.threads.max(1);
+        let (pool, flags) = xnnpack_pool(lib, threads, config.own_pool)?;
+        let segments = xnnpack::program::Segments::compile(lib, program, ours.loaded_graphs(), &pool, flags).map_err(
+            |(k, r)| {
+                EngineError::refused(
+                    Stage::Prepare,
+                    xnnpack::Refusal { reason: format!("segment {k}: {}", r.reason), ..r },
+                )
+            },
+        )?;
+        Ok(XnnpackInstance { hand_offs, segments, threads })
+    }
+}
+
+impl Default for Xnnpack {
+    fn default() -> Self {
+        Xnnpack::new()
+    }
+}
+
+impl Engine for Xnnpack {
+    type Instance = XnnpackInstance;
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Xnnpack
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.lib.as_ref().err().cloned()
+    }
+
+    fn build(&self, subject: Subject<'_>, config: Config) -> Result<XnnpackInstance, EngineError> {
+        if let Err(e) = &self.lib {
+            return Err(EngineError::unavailable(Stage::Prepare, e));
+        }
+        let program = subject.program("real XNNPACK")?;
+        let ours =
+            prepare_with(program, Config { threads: 1, simd: Simd::Best, policy: None, own_pool: config.own_pool })?;
+        self.build_from(&ours, program, config)
+    }
+}
+
+/// A pthreadpool for `threads` and the runtime flags to create on it: the calling thread's
+/// shared pool, whose workers yield after each run (`XNN_FLAG_DONT_SPIN_WORKERS`) unless every
+/// job's pool fits the CPUs (the rule of our own pools, [`pool_spin`]); or, with `own`, a fresh
+/// pool with XNNPACK's default spinning workers, as ExecuTorch creates its runtimes.
+fn xnnpack_pool(
+    lib: &'static xnnpack::Xnnpack,
+    threads: usize,
+    own: bool,
+) -> Result<(xnnpack::ThreadPool, u32), EngineError> {
+    use std::collections::HashMap;
+    thread_local! {
+        static POOLS: std::cell::RefCell<HashMap<usize, xnnpack::ThreadPool>> = Default::default();
+    }
+    let fresh = || lib.pool(threads).map_err(|r| EngineError::refused(Stage::Prepare, r));
+    if own {
+        return Ok((fresh()?, 0));
+    }
+    let flags = if pool_spin(threads).is_zero() && threads > 1 { xnnpack::compile::FLAG_DONT_SPIN_WORKERS } else { 0 };
+    let pool = POOLS.with(|pools| -> Result<_, EngineError> {
+        if let Some(p) = pools.borrow().get(&threads) {
+            return Ok(p.clone());
+        }
+        let p = fresh()?;
+        pools.borrow_mut().insert(threads, p.clone());
+        Ok(p)
+    })?;
+    Ok((pool, flags))
+}
+
+/// A lowered program with its delegate segments compiled for real XNNPACK.
+pub struct XnnpackInstance {
+    /// Our runtime's program, for portable ops and hand-offs between segments.
+    hand_offs: Prepared,
+    segments: xnnpack::program::Segments,
+    threads: usize,
+}
+
+impl XnnpackInstance {
+    /// The pthreadpool's threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Delegate segments (XNNPACK runtimes) of the program.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// `xnn_invoke_runtime` of segment `k` alone, on the inputs it had in the last
+    /// [`Instance::run`] (which sets every segment up): what the bench times.
+    pub fn invoke(&mut self, k: usize) -> Result<(), EngineError> {
+        let seg = self
+            .segments
+            .segments_mut()
+            .get_mut(k)
+            .ok_or_else(|| EngineError::new(Stage::Run, None, format!("no segment {k}")))?;
+        seg.invoke().map_err(|r| EngineError::refused(Stage::Run, r))
+    }
+
+    /// Successful `xnn_invoke_runtime` calls so far.
+    pub fn invocations(&self) -> u64 {
+        self.segments.invocations()
+    }
+}
+
+impl Instance for XnnpackInstance {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
+        self.segments.run(&self.hand_offs.program, inputs).map_err(|e| match e {
+            xnnpack::program::RunError::Refused { segment, refusal } => EngineError::refused(
+                Stage::Run,
+                xnnpack::Refusal { reason: format!("segment {segment}: {}", refusal.reason), ..refusal },
+            ),
+            xnnpack::program::RunError::Runtime(e) => EngineError::new(Stage::Run, runtime_class(&e), e),
+        })
+    }
+}
