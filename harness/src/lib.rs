@@ -1,12 +1,14 @@
 //! The harness: cases, generators, oracles and the command-line jobs.
 //!
 //! Generators make [`case`]s, oracles judge them, and the jobs (`fuzz`, `replay`,
-//! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both.
+//! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both; so are the cargo-fuzz
+//! targets ([`fuzz_targets`]).
 
 pub mod bench;
 pub mod case;
 pub mod engine;
 pub mod fuzz;
+pub mod fuzz_targets;
 pub mod gate;
 pub mod gen;
 pub mod inspect;
