@@ -107,10 +107,11 @@ fn same(a: &XnnGraph, b: &XnnGraph) -> bool {
 
 fn bases() -> Vec<Vec<u8>> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/executorch-1.5.1");
-    let mut v: Vec<Vec<u8>> = ["a.d0.xnn", "b.d0.xnn", "c.d0.xnn", "c.d1.xnn", "h.d0.xnn", "i_b.d0.xnn"]
-        .iter()
-        .map(|f| std::fs::read(dir.join(f)).unwrap())
-        .collect();
+    let mut v: Vec<Vec<u8>> =
+        ["a.d0.xnn", "b.d0.xnn", "c.d0.xnn", "c.d1.xnn", "h.d0.xnn", "i_b.d0.xnn", "e.d0.xnn", "e.d1.xnn"]
+            .iter()
+            .map(|f| std::fs::read(dir.join(f)).unwrap())
+            .collect();
     for (_, g) in serialize_common::examples() {
         v.push(write(&g));
         v.push(write_flatbuffer(&g));
@@ -174,8 +175,10 @@ fn mutated_payloads_never_panic() {
 fn mutated_pte_files_never_panic() {
     use delegate::serialize::pte;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/executorch-1.5.1");
-    let bases: Vec<Vec<u8>> =
-        ["a.pte", "b.pte", "c.pte", "h.pte", "i_b.pte"].iter().map(|f| std::fs::read(dir.join(f)).unwrap()).collect();
+    let bases: Vec<Vec<u8>> = ["a.pte", "b.pte", "c.pte", "h.pte", "i_b.pte", "e.pte", "f.pte"]
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
     let mut rng = Rng(0x0000_E712);
     let (mut parsed, mut refused, mut payloads) = (0usize, 0usize, 0usize);
     for (bi, base) in bases.iter().enumerate() {
