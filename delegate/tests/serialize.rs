@@ -1,5 +1,5 @@
-//! Writer and loader: payload layout, round trips, determinism, and one test per
-//! validation rule (each corrupt graph is refused with the expected typed error).
+//! Writer and loader: payload layout, round trips, determinism, flatc interop (each loader
+//! rule has its own test in loader_rules.rs and loader_rules_nodes.rs).
 
 mod serialize_common;
 
@@ -178,8 +178,6 @@ fn node_counts_and_diffs() {
     k.nodes.remove(0);
     assert!(diff_graphs(&g, &k).contains("node counts:"));
 }
-
-// Every loader rule has its own test in loader_rules.rs and loader_rules_nodes.rs.
 
 #[test]
 fn flatc_built_buffers_decode_to_the_same_graphs() {
