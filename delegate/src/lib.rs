@@ -1,6 +1,11 @@
 //! The delegate under test: lowering of a [`reference::Graph`] to XNNPACK-style
 //! programs in three [`LoweringMode`]s, ExecuTorch-compatible serialization, and a
 //! threaded SIMD runtime.
+//!
+//! `unsafe` is denied here and allowed only in `runtime::simd` (the kernels), the pool's job
+//! erasure (`runtime::pool::job`, `runtime::pool::parts`) and the generated flatbuffers code.
+
+#![deny(unsafe_code)]
 
 pub mod lower;
 #[cfg(feature = "mutants")]

@@ -57,7 +57,7 @@ pub struct SweepArgs {
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
     /// Total time budget in seconds (default 470, or 35 with --quick).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub budget: Option<f64>,
     /// Stop a row after this many rounds (one timed run of each program per round).
     #[arg(long, default_value_t = 2000)]
@@ -480,7 +480,8 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
     }
     // Preparation (lowering, reference runs) and the last rounds of each row come on top of
     // the timed share: 470 s keeps the default sweep under 10 minutes on 2 cores.
-    let budget = Duration::from_secs_f64(args.budget.unwrap_or(if args.quick { 35.0 } else { 470.0 }).max(1.0));
+    let budget = crate::args::seconds("--budget", args.budget.unwrap_or(if args.quick { 35.0 } else { 470.0 }))?
+        .max(Duration::from_secs(1));
     let start = Instant::now();
     let groups = progs.len() * threads.len();
     let pb = if args.no_progress {

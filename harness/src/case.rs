@@ -42,6 +42,29 @@ use reference::{ElemType, MemoryFormat, QuantParams, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// Why a case can not be run as written: a mistake in the case itself (its writer's, or a
+/// generator's), never a bug of the delegate or the reference. Names the field at fault.
+/// `replay` reports it and exits non-zero; the fuzz job counts it as a skip; fuzz targets
+/// treat such an input as uninteresting.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid case: {field}: {message}")]
+pub struct InvalidCase {
+    /// The case field at fault (`shape`, `threads`, `inputs[2]`, `run_shapes[1]`...).
+    pub field: String,
+    pub message: String,
+}
+
+impl InvalidCase {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> InvalidCase {
+        InvalidCase { field: field.into(), message: message.into() }
+    }
+}
+
+/// The largest input a case may ask for, in elements (so no case allocates without bound).
+pub const MAX_ELEMS: usize = 1 << 22;
+/// The largest thread count a case may run at.
+pub const MAX_THREADS: usize = 64;
+
 /// The graph a case builds (see `patterns.rs` for each one's exact ops).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -381,9 +404,56 @@ impl Case {
         }
     }
 
-    /// Number of elements of the main input at its bound shape.
+    /// Number of elements of the main input at its bound shape (`usize::MAX` when the
+    /// product overflows).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().try_fold(1usize, |a, &s| a.checked_mul(s)).unwrap_or(usize::MAX)
+    }
+
+    /// The checks every pattern shares: a rank the graph language has, no zero-sized dim
+    /// unless asked for, a bounded size, thread counts and modes to run, dynamic dims that
+    /// exist, run shapes of the input's rank.
+    pub fn check(&self) -> Result<(), InvalidCase> {
+        let bad = |field: &str, msg: String| Err(InvalidCase::new(field, msg));
+        let rank = self.shape.len();
+        // (`rank_too_high` cases stay at rank 6: the corruption adds the seventh dim.)
+        if rank == 0 || rank > 6 {
+            return bad("shape", format!("rank {rank} ({:?}); the graph language has ranks 1 to 6", self.shape));
+        }
+        if let Some(d) = self.shape.iter().position(|&s| s == 0) {
+            if self.invalid != Some(InvalidKind::ZeroSizedDim) {
+                return bad(
+                    "shape",
+                    format!("dim {d} of {:?} is 0 (a zero-sized dim needs \"invalid\":\"zero_sized_dim\")", self.shape),
+                );
+            }
+        }
+        if self.numel() > MAX_ELEMS {
+            let n = self.shape.iter().try_fold(1u128, |a, &s| a.checked_mul(s as u128));
+            let size = n.map_or("more than 2^128".to_string(), |n| n.to_string());
+            return bad("shape", format!("{:?} has {size} elements; at most {MAX_ELEMS}", self.shape));
+        }
+        if let Some(&d) = self.dynamic.iter().find(|&&d| d >= rank) {
+            return bad("dynamic", format!("dim {d} does not exist in a rank-{rank} input"));
+        }
+        if self.threads.is_empty() {
+            return bad("threads", "no thread count to run at".into());
+        }
+        if let Some(&t) = self.threads.iter().find(|&&t| t == 0 || t > MAX_THREADS) {
+            return bad("threads", format!("{t} is outside 1..={MAX_THREADS}"));
+        }
+        if self.modes.is_empty() {
+            return bad("modes", "no lowering mode to check".into());
+        }
+        for (r, s) in self.run_shapes.iter().enumerate() {
+            if s.len() != rank {
+                return bad(
+                    &format!("run_shapes[{r}]"),
+                    format!("{s:?} has rank {}, the input {:?} has rank {rank}", s.len(), self.shape),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// A short label for logs: `add_mean f32 [2,3,4] dims=[-1] keepdim`.

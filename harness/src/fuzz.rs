@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct FuzzArgs {
     /// Time budget in seconds (default 60; with --cases and no --duration: no time limit).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Stop after this many cases (of this shard).
     #[arg(long)]
@@ -82,7 +82,7 @@ pub struct FuzzArgs {
     pub quiet: bool,
     /// A case still running after this many seconds is saved as `hang-<hash>.json` and the
     /// job exits with status 3 (0: no watchdog).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub case_timeout: f64,
     /// Worker threads checking cases side by side (default: one per CPU). Each case still
     /// depends only on (seed, index) and `--cases N` runs the first N of the shard; with
@@ -115,6 +115,16 @@ pub struct Campaign {
     pub case_timeout: Option<Duration>,
     /// Worker threads, each checking its own cases (1: cases run in index order).
     pub jobs: usize,
+    /// Set from outside (SIGINT/SIGTERM): workers finish the case in hand and stop, a
+    /// failure being minimized stops shrinking, and the outcome says so.
+    pub interrupt: Option<Arc<AtomicBool>>,
+}
+
+impl Campaign {
+    /// Whether the interrupt flag is set.
+    pub fn interrupted(&self) -> bool {
+        self.interrupt.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
+    }
 }
 
 impl Default for Campaign {
@@ -134,6 +144,7 @@ impl Default for Campaign {
             dtypes: vec![],
             case_timeout: Some(Duration::from_secs(30)),
             jobs: 1,
+            interrupt: None,
         }
     }
 }
@@ -245,6 +256,11 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Cases generated but filtered out by `--pattern`/`--dtype`.
     pub filtered: u64,
+    /// Case numbers of the shard handed out: every one below it was checked (or filtered
+    /// out), so `--cases` of this many repeats an unfiltered campaign exactly.
+    pub taken: u64,
+    /// The campaign stopped on its interrupt flag.
+    pub interrupted: bool,
 }
 
 impl Outcome {
@@ -349,6 +365,13 @@ fn campaign_inner(c: &Campaign) -> Outcome {
     let mut outcome = shared.outcome.into_inner().unwrap_or_else(|e| e.into_inner());
     outcome.found.sort_by_key(|f| f.index);
     outcome.filtered = shared.filtered.into_inner();
+    // A worker that hit `max_cases` took one number past it and ran nothing for it.
+    let next = shared.next.into_inner();
+    outcome.taken = match c.max_cases {
+        Some(m) if c.patterns.is_empty() && c.dtypes.is_empty() => next.min(m),
+        _ => next,
+    };
+    outcome.interrupted = c.interrupted();
     outcome.elapsed = start.elapsed();
     outcome
 }
@@ -361,7 +384,7 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
     let watchdog = c.case_timeout.map(|t| Watchdog::start(t, hang_handler(c)));
     let mut local = Outcome::default();
     let unfiltered = c.patterns.is_empty() && c.dtypes.is_empty();
-    while !sh.stop.load(Ordering::Acquire) && c.duration.is_none_or(|d| sh.start.elapsed() < d) {
+    while !sh.stop.load(Ordering::Acquire) && !c.interrupted() && c.duration.is_none_or(|d| sh.start.elapsed() < d) {
         let t = sh.next.fetch_add(1, Ordering::Relaxed);
         if unfiltered && c.max_cases.is_some_and(|m| t >= m) {
             // Every number is a case: the first `m` numbers, whatever the number of workers.
@@ -416,7 +439,11 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>) {
                 Some(_) => b.set_position(n),
                 None => b.set_position(el as u64),
             }
-            b.set_message(format!("{n} cases, {:.0} cases/s, {failures} failures", n as f64 / el.max(1e-9)));
+            b.set_message(format!(
+                "{n} cases, {:.0} cases/s, {failures} failures{}",
+                n as f64 / el.max(1e-9),
+                c.out_dir.as_ref().map_or(String::new(), |d| format!(" (saved under {})", d.display()))
+            ));
         }
         if plain_status && n.is_multiple_of(64) {
             let mut last = sh.last_status.lock().unwrap_or_else(|e| e.into_inner());
@@ -446,11 +473,16 @@ fn progress_bar(c: &Campaign) -> ProgressBar {
 
 /// Minimizes (unless disabled), saves, and describes one failure.
 fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &CaseReport) -> Found {
+    let origin = format!("harness fuzz --seed {} (case #{index})", c.seed);
+    // On disk before minimizing (which may take long, or be interrupted).
+    let first = c.out_dir.as_ref().and_then(|dir| save_regression(dir, case, label, &origin, report).ok());
     // The minimizer and replay check the full matrix, so what we save replays anywhere.
     let full = CheckOptions::default();
     let minimized = if c.minimize {
+        // Interrupted, it stops shrinking (every further candidate "passes") and keeps the
+        // smallest failing case so far.
         let m = minimize::minimize(case, Budget::default(), |cand| {
-            failure_label(&check_caught(cand, &full)).as_deref() == Some(label)
+            !c.interrupted() && failure_label(&check_caught(cand, &full)).as_deref() == Some(label)
         });
         m.case
     } else {
@@ -461,21 +493,20 @@ fn handle_failure(c: &Campaign, index: u64, case: &Case, label: &str, report: &C
     let (minimized, final_report) =
         if failure_label(&final_report).is_some() { (minimized, final_report) } else { (case.clone(), report.clone()) };
     let detail = report::verdicts(&final_report);
-    let path = c.out_dir.as_ref().and_then(|dir| {
-        match save_regression(
-            dir,
-            &minimized,
-            label,
-            &format!("harness fuzz --seed {} (case #{index})", c.seed),
-            &final_report,
-        ) {
+    let path =
+        c.out_dir.as_ref().and_then(|dir| match save_regression(dir, &minimized, label, &origin, &final_report) {
             Ok(p) => Some(p),
             Err(e) => {
                 eprintln!("error: could not save the regression case: {e:#}");
-                None
+                first.clone()
             }
+        });
+    // The minimized case replaces the one saved as found.
+    if let (Some(f), Some(p)) = (&first, &path) {
+        if f != p {
+            let _ = std::fs::remove_file(f);
         }
-    });
+    }
     Found { index, label: label.to_string(), original: case.clone(), minimized, detail, path }
 }
 
@@ -535,23 +566,14 @@ fn parse_dtype(s: &str) -> Result<ElemType> {
 }
 
 /// The default place for regressions: `corpora/regressions` under the current directory
-/// when it has `corpora/`, else under the workspace this binary was built from.
+/// (never a path compiled into the binary: a copy built elsewhere saves where it runs).
 fn default_out_dir() -> PathBuf {
-    let here = PathBuf::from("corpora");
-    if here.is_dir() {
-        return here.join("regressions");
-    }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("corpora");
-    if built.is_dir() {
-        built.join("regressions")
-    } else {
-        here.join("regressions")
-    }
+    corpora_dir().join("regressions")
 }
 
-/// The workspace's `corpora/` folder (as [`default_out_dir`] finds it).
+/// The `corpora/` folder under the current directory.
 pub fn corpora_dir() -> PathBuf {
-    default_out_dir().parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("corpora"))
+    PathBuf::from("corpora")
 }
 
 /// Every case file under `corpora/seeds` and `corpora/regressions`, sorted.
@@ -622,20 +644,31 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
     });
     let shard = parse_shard(&args.shard)?;
     let duration = match (args.duration, args.cases) {
-        (Some(d), _) if d > 0.0 => Some(Duration::from_secs_f64(d)),
-        (Some(_), _) => bail!("--duration must be positive"),
+        (Some(d), _) => Some(crate::args::seconds("--duration", d)?),
         (None, Some(_)) => None,
         (None, None) => Some(Duration::from_secs(60)),
     };
-    if args.threads < 2 {
-        bail!("--threads is the multi-threaded run's count: at least 2");
+    // Options under which no generated case could run would make every case a skip:
+    // refused here, before the campaign starts.
+    if args.threads < 2 || args.threads > crate::case::MAX_THREADS {
+        bail!(
+            "--threads {}: the multi-threaded run's count, 2 to {} (every case also runs at 1 thread)",
+            args.threads,
+            crate::case::MAX_THREADS
+        );
+    }
+    if args.max_elems == 0 || args.max_elems > crate::case::MAX_ELEMS {
+        bail!("--max-elems {}: 1 to {} elements", args.max_elems, crate::case::MAX_ELEMS);
+    }
+    if args.cases == Some(0) {
+        bail!("--cases 0: nothing to run");
     }
     let campaign = Campaign {
         seed,
         shard,
         max_cases: args.cases,
         duration,
-        gen: GenConfig { max_elems: args.max_elems.max(1), threads: args.threads, ..GenConfig::default() },
+        gen: GenConfig { max_elems: args.max_elems, threads: args.threads, ..GenConfig::default() },
         keep_going: args.keep_going,
         minimize: !args.no_minimize,
         out_dir: Some(args.out.clone().unwrap_or_else(default_out_dir)),
@@ -643,17 +676,25 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         full_matrix: args.full_matrix,
         patterns: args.patterns.iter().map(|p| parse_pattern(p)).collect::<Result<_>>()?,
         dtypes: args.dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<_>>()?,
-        case_timeout: match args.case_timeout {
-            0.0 => None,
-            t if t > 0.0 && t.is_finite() => Some(Duration::from_secs_f64(t)),
-            t => bail!("--case-timeout must be a number of seconds, 0 to disable (got {t})"),
-        },
+        case_timeout: crate::args::seconds_or_off("--case-timeout", args.case_timeout)?,
         jobs: match args.jobs {
             Some(0) => bail!("--jobs must be at least 1"),
             Some(j) => j,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
+        interrupt: None,
     };
+    if let Err(why) = first_runnable(&campaign) {
+        bail!("no case of this campaign can run under these options, so every one would be a skip: {why}");
+    }
+    let interrupt = match crate::interrupt::Interrupt::install() {
+        Ok(i) => Some(i),
+        Err(e) => {
+            eprintln!("warning: no SIGINT/SIGTERM handler ({e}): an interrupt will not print the summary");
+            None
+        }
+    };
+    let campaign = Campaign { interrupt: interrupt.as_ref().map(|i| i.stop.clone()), ..campaign };
     let limit = match (campaign.max_cases, campaign.duration) {
         (Some(n), Some(d)) => format!("{n} cases or {:.0} s", d.as_secs_f64()),
         (Some(n), None) => format!("{n} cases"),
@@ -670,6 +711,9 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         args.threads,
         if campaign.keep_going { ", keep going" } else { "" }
     );
+    if let Some(dir) = &campaign.out_dir {
+        eprintln!("failures are saved under {}", dir.display());
+    }
     let outcome = self::campaign(&campaign);
     let cov = &outcome.coverage;
     println!(
@@ -691,14 +735,82 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
             f.path.as_ref().map_or("(not saved)".to_string(), |p| p.display().to_string())
         );
     }
+    let interrupted = interrupt.as_ref().filter(|i| i.fired()).map(|i| i.which());
+    if let Some((name, _)) = interrupted {
+        println!("interrupted by {name} after {} cases: the cases in flight finished, nothing was lost", cov.cases);
+    }
+    if !outcome.found.is_empty() || interrupted.is_some() {
+        println!("rerun this campaign with: {}", rerun_command(&args, seed, &outcome));
+    }
+    if let Some((_, status)) = interrupted {
+        return Ok(ExitCode::from(status));
+    }
     if !outcome.found.is_empty() {
-        println!(
-            "rerun this campaign with: cargo run --release -p harness -- fuzz --seed {seed} --shard {}/{}",
-            shard.0, shard.1
-        );
         return Ok(ExitCode::from(1));
     }
+    if cov.cases > 0 && cov.per_oracle.values().all(|[pass, _, fail]| pass + fail == 0) {
+        // Every check of every case was a skip: nothing was tested.
+        eprintln!("error: every one of the {} cases was skipped: nothing was checked", cov.cases);
+        return Ok(ExitCode::from(2));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command that repeats this campaign's cases exactly: its seed, shard and options,
+/// with `--cases` set to the case numbers it handed out (for an unfiltered campaign the
+/// first N of the shard, whatever the number of jobs; with `--pattern`/`--dtype`, exact
+/// with `--jobs 1`).
+fn rerun_command(args: &FuzzArgs, seed: u64, outcome: &Outcome) -> String {
+    let mut cmd = format!("cargo run --release -p harness -- fuzz --seed {seed} --shard {}", args.shard);
+    let filtered = !args.patterns.is_empty() || !args.dtypes.is_empty();
+    let n = if filtered { outcome.coverage.cases } else { outcome.taken };
+    cmd.push_str(&format!(" --cases {n}"));
+    for p in &args.patterns {
+        cmd.push_str(&format!(" --pattern {p}"));
+    }
+    for d in &args.dtypes {
+        cmd.push_str(&format!(" --dtype {d}"));
+    }
+    if filtered {
+        cmd.push_str(" --jobs 1");
+    }
+    if args.threads != 2 {
+        cmd.push_str(&format!(" --threads {}", args.threads));
+    }
+    if args.max_elems != 4096 {
+        cmd.push_str(&format!(" --max-elems {}", args.max_elems));
+    }
+    if args.full_matrix {
+        cmd.push_str(" --full-matrix");
+    }
+    if args.keep_going {
+        cmd.push_str(" --keep-going");
+    }
+    cmd
+}
+
+/// The first case number of the campaign whose case passes its filters and builds (up
+/// to a million numbers, generated only: a few tenths of a second when none does), or
+/// why none does. Options under which none would run make every case a skip.
+fn first_runnable(c: &Campaign) -> Result<u64, String> {
+    let mut why = None;
+    for t in 0..1_000_000u64 {
+        let case = nth_case(c.seed, c.shard.0 + c.shard.1 * t, &c.gen);
+        if (!c.patterns.is_empty() && !c.patterns.contains(&case.pattern))
+            || (!c.dtypes.is_empty() && !c.dtypes.contains(&case.dtype))
+        {
+            continue;
+        }
+        match crate::patterns::build(&case) {
+            Ok(_) => return Ok(t),
+            Err(e) if why.is_none() => why = Some(e.to_string()),
+            Err(_) => {}
+        }
+        if t >= 10_000 && why.is_some() {
+            break;
+        }
+    }
+    Err(why.unwrap_or_else(|| "no generated case has the --pattern and --dtype asked for".into()))
 }
 
 #[cfg(test)]

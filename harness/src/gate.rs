@@ -319,7 +319,19 @@ pub fn compute(only: &[String]) -> anyhow::Result<Computed> {
         patterns: BTreeMap::new(),
     };
     let mut graphs = Vec::new();
-    for p in programs::catalog() {
+    let catalog = programs::catalog();
+    // A name that matches nothing would gate nothing and pass: a usage error.
+    for o in only {
+        if !catalog.iter().any(|p| p.name.contains(o.as_str())) {
+            let names: Vec<&str> = catalog.iter().take(8).map(|p| p.name.as_str()).collect();
+            bail!(
+                "--only {o:?} matches no program of the catalog (a substring of a name: {}, ... {} in all)",
+                names.join(", "),
+                catalog.len()
+            );
+        }
+    }
+    for p in catalog {
         if !only.is_empty() && !only.iter().any(|o| p.name.contains(o.as_str())) {
             continue;
         }

@@ -4,6 +4,9 @@
 //! `inspect`, `gate`, `bench`, `mutants`) are thin drivers over both; so are the cargo-fuzz
 //! targets ([`fuzz_targets`]).
 
+#![forbid(unsafe_code)]
+
+pub mod args;
 pub mod bench;
 pub mod case;
 pub mod engine;
@@ -12,6 +15,7 @@ pub mod fuzz_targets;
 pub mod gate;
 pub mod gen;
 pub mod inspect;
+pub mod interrupt;
 pub mod minimize;
 pub mod mutants;
 pub mod oracle;

@@ -1,6 +1,8 @@
 //! `harness`: differential fuzzing, replay, payload inspection, count gates, latency
 //! sweeps and the mutation catalog for the mean.dim delegate.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use harness::{bench, fuzz, gate, inspect, mutants, replay};
 use std::process::ExitCode;

@@ -42,7 +42,7 @@ pub struct MutantsArgs {
     #[arg(long, default_value_t = 20_000)]
     pub cases: u64,
     /// Fuzz budget per bug, in seconds.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub duration: f64,
     /// Only bugs whose name contains one of these (repeatable), e.g. `--only wrong_divisor`.
     #[arg(long)]
@@ -570,13 +570,10 @@ pub fn run(args: MutantsArgs) -> anyhow::Result<ExitCode> {
     #[cfg(feature = "mutants")]
     {
         use delegate::mutants::{set_active, Mutant};
-        if args.duration <= 0.0 {
-            anyhow::bail!("--duration must be positive");
-        }
         let b = HuntBudget {
             seed: args.seed,
             max_cases: args.cases,
-            duration: Duration::from_secs_f64(args.duration),
+            duration: crate::args::seconds("--duration", args.duration)?,
             gen: GenConfig::default(),
             minimize: !args.no_minimize,
             gate: if args.no_gate { GateUse::Never } else { GateUse::Always },

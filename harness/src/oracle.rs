@@ -17,11 +17,11 @@ pub mod errors;
 pub mod outputs;
 pub mod structure;
 
-use crate::case::Case;
+use crate::case::{Case, InvalidCase};
 use crate::engine::{self, EngineError, Simd};
 use crate::patterns::{self, Built};
 use delegate::{LoweredProgram, LoweringMode};
-use reference::Tensor;
+use reference::{ElemType, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// Which oracle a check belongs to.
@@ -95,6 +95,9 @@ impl Check {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CaseReport {
     pub checks: Vec<Check>,
+    /// The case can not be run as written (every oracle skipped it): `replay` fails on it,
+    /// the fuzz job counts a skip, a fuzz target finds it uninteresting.
+    pub invalid: Option<InvalidCase>,
 }
 
 impl CaseReport {
@@ -108,6 +111,16 @@ impl CaseReport {
 
     fn push(&mut self, oracle: OracleKind, scope: &str, verdict: Verdict) {
         self.checks.push(Check { oracle, scope: scope.to_string(), verdict });
+    }
+
+    /// A case that can not be run as written: every oracle skips it, saying why.
+    pub fn invalid(e: InvalidCase) -> CaseReport {
+        let mut r = CaseReport::default();
+        for o in [OracleKind::Outputs, OracleKind::Errors, OracleKind::Bytes, OracleKind::Structure] {
+            r.push(o, "case", Verdict::Skip(e.to_string()));
+        }
+        r.invalid = Some(e);
+        r
     }
 
     /// A panic while checking (caught by the caller).
@@ -124,6 +137,9 @@ pub struct CheckOptions {
     /// (threads, SIMD path, modes) triples; `threads == 0` means "each of the case's thread
     /// counts above 1"; `None` modes means every mode.
     pub configs: Vec<(usize, Simd, Option<Vec<LoweringMode>>)>,
+    /// Compare outputs with the plain comparison alone, without the pre-filter (`replay`
+    /// does: same verdicts, see `outputs::compare`).
+    pub plain: bool,
 }
 
 impl Default for CheckOptions {
@@ -136,6 +152,7 @@ impl Default for CheckOptions {
                 (0, Simd::Best, None),
                 (0, Simd::Fallback, None),
             ],
+            plain: false,
         }
     }
 }
@@ -149,7 +166,7 @@ impl CheckOptions {
     pub fn sampled(index: u64) -> CheckOptions {
         let extra = [(1, Simd::Fallback), (0, Simd::Best), (0, Simd::Fallback)][(index % 3) as usize];
         let mode = LoweringMode::ALL[(index / 3 % 3) as usize];
-        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))] }
+        CheckOptions { configs: vec![(1, Simd::Best, None), (extra.0, extra.1, Some(vec![mode]))], plain: false }
     }
 
     /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
@@ -173,6 +190,9 @@ impl CheckOptions {
 /// The magnitude twin's value of every node, and its outputs' values as f64.
 type Twin = (Vec<Tensor>, Vec<Vec<f64>>);
 
+/// The wide twin's outputs' values as f64.
+type Wide = Vec<Vec<f64>>;
+
 /// The reference's view of one run: inputs, outputs (or its error) and, computed on first
 /// use, the outputs as f64 and the magnitude twin's values (see `patterns`).
 pub struct RefRun<'a> {
@@ -185,6 +205,7 @@ pub struct RefRun<'a> {
     /// The twin's value of every node, and its outputs' values as f64.
     twin: std::cell::OnceCell<Option<Twin>>,
     peak: std::cell::OnceCell<f64>,
+    wide: std::cell::OnceCell<Option<Wide>>,
 }
 
 impl RefRun<'_> {
@@ -212,6 +233,21 @@ impl RefRun<'_> {
         })
     }
 
+    /// The wide twin's output `o` as f64 (None where the case has no wide twin: see
+    /// `Built::wide`), evaluated once for every configuration that asks.
+    pub fn wide_values(&self, o: usize) -> Option<&[f64]> {
+        self.wide
+            .get_or_init(|| {
+                self.outputs.as_ref().ok()?;
+                let g = self.built.wide(self.case)?;
+                let outs = engine::reference(g, &patterns::wide_inputs(&self.inputs)).ok()?;
+                Some(outs.iter().map(|t| t.values_f64()).collect())
+            })
+            .as_ref()?
+            .get(o)
+            .map(|v| v.as_slice())
+    }
+
     fn twin(&self) -> Option<&Twin> {
         self.twin
             .get_or_init(|| {
@@ -227,13 +263,63 @@ impl RefRun<'_> {
 }
 
 /// Concrete inputs of run `r` of a case: inline when the case carries them, else seeded.
-pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, String> {
+/// Inline tensors must be what the graph's inputs take (dtype, layout, a shape that fits
+/// the input and is this run's), one per graph input per run, no more: anything else is
+/// the case's mistake, reported as such, never a rejection by the reference.
+pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, InvalidCase> {
     let n_in = built.graph.inputs.len();
     if let Some(inline) = &case.inputs {
-        let chunk = inline
-            .get(r * n_in..(r + 1) * n_in)
-            .ok_or_else(|| format!("case has {} inline tensors, run {r} needs {} more", inline.len(), n_in))?;
-        return chunk.iter().map(|t| t.to_tensor().map_err(|e| format!("{e:#}"))).collect();
+        let want = case.runs().len() * n_in;
+        if inline.len() != want {
+            return Err(InvalidCase::new(
+                "inputs",
+                format!(
+                    "{} inline tensors, but the case takes {want} (one per graph input per run: {} x {n_in})",
+                    inline.len(),
+                    case.runs().len(),
+                ),
+            ));
+        }
+        let mut out = vec![];
+        for (j, (it, &id)) in inline[r * n_in..(r + 1) * n_in].iter().zip(&built.graph.inputs).enumerate() {
+            let k = r * n_in + j;
+            let field = format!("inputs[{k}]");
+            let spec = &built.graph.nodes[id].spec;
+            let t = it.to_tensor().map_err(|e| InvalidCase::new(&field, format!("{e:#}")))?;
+            let t = match (case.dtype, t.dtype(), t.quant) {
+                // A qs8 case's graph takes fp32 and quantizes it with `Q_IN` inside: an int8
+                // tensor on that grid is its own dequantization, exactly; any other would be
+                // requantized, not run as written.
+                (ElemType::Qs8, ElemType::Qs8, Some(q)) if q == patterns::Q_IN => {
+                    Tensor::from_f64(&t.shape, ElemType::F32, None, &t.values_f64()).to_format(t.format)
+                }
+                (ElemType::Qs8, ElemType::Qs8, q) => {
+                    let given = q.map_or("no quantization".into(), |q| {
+                        format!("scale {} and zero point {}", q.scale, q.zero_point)
+                    });
+                    return Err(InvalidCase::new(
+                        &field,
+                        format!(
+                            "an int8 tensor with {given}; a qs8 case's graph quantizes its fp32 input \
+                             with scale {} and zero point {}: give that quantization, or the fp32 values",
+                            patterns::Q_IN.scale,
+                            patterns::Q_IN.zero_point
+                        ),
+                    ));
+                }
+                _ => t,
+            };
+            if case.invalid.is_none() {
+                spec.check_tensor(&t)
+                    .map_err(|e| InvalidCase::new(&field, format!("not what the graph input takes: {e}")))?;
+            }
+            if shapes.get(j).is_some_and(|s| *s != t.shape) {
+                let s = &shapes[j];
+                return Err(InvalidCase::new(&field, format!("shape {:?}, but run {r}'s shape is {s:?}", t.shape)));
+            }
+            out.push(t);
+        }
+        return Ok(out);
     }
     let seed = case.seed.wrapping_add((r as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut inputs = engine::generate_inputs(&built.graph, shapes, seed, case.specials);
@@ -247,15 +333,30 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
     Ok(inputs)
 }
 
-/// The reference runs of a case (one per run shape).
-pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun<'a>>, String> {
+/// The reference runs of a case (one per run shape). A run shape that does not fit the
+/// graph's input (a static dim changed, a dynamic one above its bound) is the case's
+/// mistake, unless the case asks for `dynamic_above_bound`; graph-level invalid kinds leave
+/// the runs to the graph's rejection.
+pub fn reference_runs<'a>(case: &'a Case, built: &'a Built) -> Result<Vec<RefRun<'a>>, InvalidCase> {
     let mut runs = vec![];
     for (r, run) in case.runs().iter().enumerate() {
         let shapes = patterns::run_input_shapes(case, &built.graph, run);
+        if case.invalid.is_none() && !case.run_shapes.is_empty() {
+            for (&id, s) in built.graph.inputs.iter().zip(&shapes) {
+                let spec = &built.graph.nodes[id].spec;
+                spec.check_shape(s).map_err(|e| {
+                    let dynamic = if case.dynamic.is_empty() { "none".into() } else { format!("{:?}", case.dynamic) };
+                    InvalidCase::new(
+                        format!("run_shapes[{r}]"),
+                        format!("{s:?} does not fit the input {:?} (dynamic dims: {dynamic}): {e}", case.shape),
+                    )
+                })?;
+            }
+        }
         let inputs = case_inputs(case, built, r, &shapes)?;
         let outputs = engine::reference(&built.graph, &inputs);
-        let (values, twin, peak) = Default::default();
-        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak });
+        let (values, twin, peak, wide) = Default::default();
+        runs.push(RefRun { shapes, inputs, outputs, case, built, values, twin, peak, wide });
     }
     Ok(runs)
 }
@@ -274,19 +375,11 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
     let mut report = CaseReport::default();
     let built = match patterns::build(case) {
         Ok(b) => b,
-        Err(e) => {
-            for o in [OracleKind::Outputs, OracleKind::Errors, OracleKind::Bytes, OracleKind::Structure] {
-                report.push(o, "case", Verdict::Skip(e.to_string()));
-            }
-            return report;
-        }
+        Err(e) => return CaseReport::invalid(e),
     };
     let runs = match reference_runs(case, &built) {
         Ok(r) => r,
-        Err(e) => {
-            report.push(OracleKind::Errors, "case", Verdict::Skip(format!("inputs: {e}")));
-            return report;
-        }
+        Err(e) => return CaseReport::invalid(e),
     };
     // The reference must accept exactly the valid cases.
     report.push(OracleKind::Errors, "reference", errors::reference_verdict(case, &runs));
@@ -366,7 +459,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             }
             None => bytes::segment_verdict(program),
         };
-        let exec = outputs::execute(case, &built, &runs, program, prepared.as_ref(), &configs);
+        let exec = outputs::execute(case, &built, &runs, program, prepared.as_ref(), &configs, opts.plain);
         s.verdicts = Some((bytes_verdict, exec.errors, exec.outputs));
         s.payloads = payloads;
     }

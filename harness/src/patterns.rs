@@ -1,7 +1,7 @@
 //! Graph builders for every [`Pattern`], plus the "magnitude" twin each oracle uses to
 //! derive its tolerance.
 //!
-//! A case builds two graphs from the same knobs:
+//! A case builds up to three graphs from the same knobs:
 //! - the **graph under test**, exactly as the case describes it;
 //! - its **magnitude graph** (fp32, same structure): inputs replaced by `|x|`, weights by
 //!   `|w|`, subtraction by addition, quantize/dequantize dropped. Evaluated by the reference,
@@ -9,14 +9,21 @@
 //!   output `i`, which scales every rounding error made on the way (see `oracle::outputs`).
 //!   Where a normalizer is computed from a value that itself carries rounding error (QK-norm
 //!   after a linear), the magnitude graph multiplies by `1 + r / r_M` to cover the error of
-//!   the normalizer (`r` from the true values, `r_M` from the magnitudes).
+//!   the normalizer (`r` from the true values, `r_M` from the magnitudes). Each op that
+//!   rounds and may underflow is clamped to at least the smallest normal value of the type
+//!   the graph rounds to, and an RMSNorm output is multiplied by `1 + λ r^2` (the underflow
+//!   term, derived in `oracle::outputs`). Weights and scalars are the graph's own, made
+//!   exactly fp32 before their absolute values are taken;
+//! - for cases whose output is their only rounding below fp32 (a mean, a mean of `x + x`),
+//!   a **wide twin**: the same graph in fp32 (fp16/bf16 inputs and constants converted
+//!   exactly), which gives the exact value rounded to fp32 for the rounding-mode rule.
 //!
 //! qs8 patterns use power-of-two scales and inputs on the input's quantization grid, so every
 //! quantize before the last one is exact in any correct implementation and the last one may
 //! differ by one step only, and by none when the mean counts are powers of two
 //! ([`qs8_exact`], derived in `oracle::outputs`).
 
-use crate::case::{Case, InvalidKind, Pattern};
+use crate::case::{Case, InvalidCase, InvalidKind, Pattern};
 use crate::engine;
 use reference::graph::{Conv2dParams, Dim, Graph, Op, TensorSpec, T};
 use reference::{ElemType, GraphBuilder, MemoryFormat, QuantParams, Tensor, TensorData};
@@ -41,6 +48,12 @@ pub struct Built {
     pub graph: Graph,
     /// The fp32 magnitude twin, built on first use: see [`Built::magnitude`].
     twin: std::cell::OnceCell<Option<Graph>>,
+    /// The fp32 wide twin, built on first use: see [`Built::wide`].
+    wide: std::cell::OnceCell<Option<Graph>>,
+    /// The output's last op is the only one that may round to a precision below fp32 (its
+    /// earlier ops are exact: `x + x`), so the rounding-mode rule of `oracle::outputs`
+    /// applies to fp16/bf16 outputs.
+    pub rounds_once: bool,
     /// Longest chain of f32 accumulations feeding an output (sum of reduction lengths and
     /// fan-ins along it, at the upper-bound shape).
     pub acc_len: usize,
@@ -55,19 +68,18 @@ pub struct Built {
     pub gap_only: bool,
 }
 
-/// Why a case can not be built (the oracles then skip it).
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("case not applicable: {0}")]
-pub struct NotApplicable(pub String);
+/// Why a case can not be built: see [`InvalidCase`].
+pub type NotApplicable = InvalidCase;
 
-fn na<T>(msg: impl Into<String>) -> Result<T, NotApplicable> {
-    Err(NotApplicable(msg.into()))
+/// A combination of knobs the pattern does not build, with the field at fault.
+fn invalid_field<T>(field: &str, msg: impl Into<String>) -> Result<T, NotApplicable> {
+    Err(InvalidCase::new(field, msg))
 }
 
 /// Builds the graph under test (and its magnitude twin) for a case.
 pub fn build(case: &Case) -> Result<Built, NotApplicable> {
     check_case(case)?;
-    let (graph, out_step) = build_graph(case, false)?;
+    let (graph, out_step) = build_graph(case, Kind::UnderTest)?;
     let mut graph = graph;
     if let Some(kind) = case.invalid {
         corrupt(&mut graph, case, kind)?;
@@ -76,6 +88,10 @@ pub fn build(case: &Case) -> Result<Built, NotApplicable> {
     Ok(Built {
         graph,
         twin: std::cell::OnceCell::new(),
+        wide: std::cell::OnceCell::new(),
+        rounds_once: case.invalid.is_none()
+            && case.dtype != ElemType::Qs8
+            && matches!(case.pattern, Pattern::Mean | Pattern::AddMean | Pattern::Gap),
         acc_len,
         ops,
         out_step,
@@ -92,40 +108,49 @@ impl Built {
         self.twin
             .get_or_init(|| {
                 let wanted = case.invalid.is_none() && case.dtype != ElemType::Qs8;
-                wanted.then(|| build_graph(case, true).ok().map(|(g, _)| g)).flatten()
+                wanted.then(|| build_graph(case, Kind::Magnitude).ok().map(|(g, _)| g)).flatten()
             })
+            .as_ref()
+    }
+
+    /// The wide twin of `case`: the graph under test with every fp16/bf16 type made fp32
+    /// (inputs and constants converted exactly, a mean's `dtype=` dropped), so the reference
+    /// gives each output's exact value rounded once to fp32 (see the rounding-mode rule in
+    /// `oracle::outputs`). Only for [`Built::rounds_once`] cases; built on first use.
+    pub fn wide(&self, case: &Case) -> Option<&Graph> {
+        self.wide
+            .get_or_init(|| self.rounds_once.then(|| build_graph(case, Kind::Wide).ok().map(|(g, _)| g)).flatten())
             .as_ref()
     }
 }
 
+/// Which of a case's graphs [`build_graph`] builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The graph under test.
+    UnderTest,
+    /// The magnitude twin (see the module docs).
+    Magnitude,
+    /// The wide twin (see [`Built::wide`]).
+    Wide,
+}
+
 fn check_case(case: &Case) -> Result<(), NotApplicable> {
+    case.check()?;
     let rank = case.shape.len();
-    // (`rank_too_high` cases stay at rank 6: the corruption adds the seventh dim.)
-    if rank == 0 || rank > 6 {
-        return na(format!("input rank {rank} outside 1..=6"));
-    }
-    if case.shape.contains(&0) && case.invalid != Some(InvalidKind::ZeroSizedDim) {
-        return na("zero-sized dim without invalid=zero_sized_dim");
-    }
-    if case.numel() > 1 << 22 {
-        return na("input above 4M elements");
-    }
     if case.pattern.needs_rank4() && rank != 4 {
-        return na(format!("pattern {} needs a 4-D input", case.pattern.name()));
+        return invalid_field(
+            "shape",
+            format!("pattern {} needs a 4-D input, not {:?}", case.pattern.name(), case.shape),
+        );
     }
     if let Some(r) = case.format.required_rank() {
         if r != rank {
-            return na(format!("format {} needs rank {r}", case.format.name()));
+            return invalid_field(
+                "format",
+                format!("{} needs rank {r}, the input has rank {rank}", case.format.name()),
+            );
         }
-    }
-    if case.dynamic.iter().any(|&d| d >= rank) {
-        return na("dynamic dim out of range");
-    }
-    if case.threads.is_empty() || case.threads.iter().any(|&t| t == 0 || t > 64) {
-        return na("thread counts must be in 1..=64");
-    }
-    if case.modes.is_empty() {
-        return na("no lowering mode");
     }
     match case.pattern {
         Pattern::QkNorm => {
@@ -134,22 +159,22 @@ fn check_case(case: &Case) -> Result<(), NotApplicable> {
             #[allow(clippy::manual_is_multiple_of)]
             let splits = case.shape.get(2).is_some_and(|&e| e % heads == 0);
             if rank != 3 || !splits {
-                return na("qk_norm needs [B, S, H*Dh] with param = H dividing the last dim");
+                return invalid_field("param", "qk_norm needs [B, S, H*Dh] with param = H dividing the last dim");
             }
         }
         Pattern::PreNormMlp | Pattern::RmsNorm if case.dynamic.contains(&(rank - 1)) => {
-            return na("the normalized (last) dim can not be dynamic");
+            return invalid_field("dynamic", "the normalized (last) dim can not be dynamic");
         }
         _ => {}
     }
     if case.dtype == ElemType::Qs8 && case.mean_dtype.is_some() {
-        return na("qs8 cases take no dtype argument");
+        return invalid_field("mean_dtype", "qs8 cases take no dtype argument");
     }
     if matches!(case.pattern, Pattern::QkNorm | Pattern::PreNormMlp) && !case.dynamic.is_empty() {
-        return na("reshape and linear patterns take static shapes");
+        return invalid_field("dynamic", "reshape and linear patterns take static shapes");
     }
     if case.pattern.needs_rank4() && case.dynamic.contains(&1) {
-        return na("conv channels can not be dynamic");
+        return invalid_field("dynamic", "conv channels can not be dynamic");
     }
     Ok(())
 }
@@ -233,7 +258,14 @@ fn chain_cost(case: &Case) -> (usize, usize) {
             (2 * last + dh, 8)
         }
         Pattern::PreNormMlp => (last + 2 * last.max(1) + mlp_hidden(case), 9),
-        Pattern::ConvMean => (c * k * k + n, 2),
+        Pattern::ConvMean => {
+            // The mean reads the conv's output, which has `conv_out` channels (H and W kept):
+            // its count is taken there, not on the input (a mean over dim 1 or over every dim
+            // of a conv with more output than input channels averages more terms).
+            let mut y = case.shape.clone();
+            y[1] = conv_out(case);
+            (c * k * k + reduced_count(&dims, &y).max(1), 2)
+        }
         Pattern::ConvMeanConv => (c * k * k + conv_out(case) + k * k, 3),
         Pattern::ConvSubMean => (c * k * k + conv_out(case), 3),
         Pattern::SharedInput => ((c * k * k).max(n), 1),
@@ -300,15 +332,30 @@ struct Ctx<'a> {
     case: &'a Case,
     /// Building the magnitude twin.
     abs: bool,
-    /// Float type every op computes in (fp32 for qs8 and magnitude graphs).
+    /// Building the wide twin.
+    wide: bool,
+    /// Float type every op computes in (fp32 for qs8 and both twins).
     dt: ElemType,
     /// Wrap ops in quantize/dequantize.
     q: bool,
+    /// Magnitude twin: the smallest normal value `λ` of the types the graph under test
+    /// rounds to (see [`Ctx::rounded`]).
+    floor: Option<f32>,
     next_weight: std::cell::Cell<u64>,
 }
 
+/// The smallest positive normal value of a float type (below it a rounding errs by up to
+/// half the smallest subnormal, absolutely).
+fn smallest_normal(dt: ElemType) -> f32 {
+    match dt {
+        ElemType::F16 => 6.103_515_6e-5, // 2^-14
+        _ => f32::MIN_POSITIVE,          // 2^-126, fp32 and bf16 alike
+    }
+}
+
 impl Ctx<'_> {
-    /// A seeded weight of `shape` in the compute dtype (magnitude: its absolute values).
+    /// A seeded weight of `shape` in the case's dtype, as the graph under test has it; in a
+    /// twin, converted exactly to fp32 (magnitude: its absolute values).
     fn weight(&self, shape: &[usize]) -> T {
         let k = self.next_weight.get();
         self.next_weight.set(k + 1);
@@ -319,17 +366,32 @@ impl Ctx<'_> {
             let c = self.g.constant(t);
             return self.g.dequantize(c, Q_W.scale, Q_W.zero_point);
         }
-        let real_dt = if self.abs { ElemType::F32 } else { self.case.dtype };
-        let mut t = engine::generate(&TensorSpec::new(real_dt, shape), seed, false);
-        if self.abs {
-            t = abs_f32(&t);
-        }
-        self.g.constant(t)
+        let t = engine::generate(&TensorSpec::new(self.case.dtype, shape), seed, false);
+        self.g.constant(match (self.abs, self.wide) {
+            (true, _) => abs_f32(&t),
+            (_, true) => to_f32(&t),
+            _ => t,
+        })
     }
 
-    /// A 0-D constant in the compute dtype.
+    /// A 0-D constant in the compute dtype, of the value the graph under test has (rounded
+    /// to the case's dtype first, so a twin's `eps` is the graph's own).
     fn scalar(&self, v: f64) -> T {
+        let v = match self.case.dtype {
+            ElemType::Qs8 => v,
+            dt => Tensor::from_f64(&[], dt, None, &[v]).values_f64()[0],
+        };
         self.g.constant(Tensor::from_f64(&[], self.dt, None, &[v]))
+    }
+
+    /// The result of an op that rounds and may underflow (a product, a mean's scaling, a
+    /// conv or linear): in the magnitude twin, at least `λ` (see `oracle::outputs`,
+    /// underflow); elsewhere `x` itself. Sums need none: a sum that lands below `λ` is exact.
+    fn rounded(&self, x: T) -> T {
+        match self.floor {
+            Some(l) => self.g.clamp(x, Some(l), None),
+            None => x,
+        }
     }
 
     fn qdq(&self, x: T, q: QuantParams) -> T {
@@ -351,8 +413,14 @@ impl Ctx<'_> {
 
     fn mean(&self, x: T, dims: &[i64], keepdim: bool, with_dtype: bool) -> T {
         match self.case.mean_dtype {
+            Some(d) if with_dtype && self.wide => {
+                // `dtype=` casts the input before the mean (PyTorch, and the reference): the
+                // wide twin casts it too, then widens the cast values exactly.
+                let cast = self.g.to_dtype(self.g.to_dtype(x, d), ElemType::F32);
+                self.g.mean(cast, dims, keepdim)
+            }
             Some(d) if with_dtype && !self.abs => self.g.mean_dtype(x, dims, keepdim, d),
-            _ => self.g.mean(x, dims, keepdim),
+            _ => self.rounded(self.g.mean(x, dims, keepdim)),
         }
     }
 
@@ -360,7 +428,11 @@ impl Ctx<'_> {
         let w = self.weight(&[cout, cin, k, k]);
         let b = if self.q { None } else { Some(self.weight(&[cout])) };
         let p = Conv2dParams { padding: [k / 2, k / 2], ..Default::default() };
-        self.g.conv2d(x, w, b, p)
+        self.rounded(self.g.conv2d(x, w, b, p))
+    }
+
+    fn linear(&self, x: T, w: T, b: Option<T>) -> T {
+        self.rounded(self.g.linear(x, w, b))
     }
 
     /// `x * rsqrt(mean(x^2, -1, keepdim) + eps) * w` over a last dim of `d`.
@@ -369,20 +441,33 @@ impl Ctx<'_> {
     fn rms_norm(&self, x: T, d: usize, actual: Option<T>) -> T {
         let eps = self.scalar(1e-5);
         let w = self.weight(&[d]);
+        // The normalizer's own ops get no floor: `rsqrt` falls as its input grows.
         let normalizer = |v: T| {
             let ms = self.g.mean(self.g.square(v), &[-1], true);
             self.g.rsqrt(self.g.add(ms, eps))
         };
-        match actual {
-            Some(a) if self.abs => {
+        let Some(l) = self.floor.filter(|_| self.abs) else {
+            return self.g.mul(self.g.mul(x, normalizer(x)), w);
+        };
+        let one = self.scalar(1.0);
+        let (r, factor) = match actual {
+            Some(a) => {
                 let r = normalizer(a);
                 let r_m = normalizer(x);
-                let one = self.scalar(1.0);
-                let factor = self.g.add(one, self.g.div(r, r_m));
-                self.g.mul(self.g.mul(self.g.mul(x, r), factor), w)
+                (r, Some(self.g.add(one, self.g.div(r, r_m))))
             }
-            _ => self.g.mul(self.g.mul(x, normalizer(x)), w),
-        }
+            None => (normalizer(x), None),
+        };
+        // Underflow in the normalizer's input moves `r` by a relative `λ r^2` at most
+        // (see `oracle::outputs`, underflow).
+        let lambda = self.g.constant(Tensor::from_f64(&[], ElemType::F32, None, &[l as f64]));
+        let under = self.g.add(one, self.g.mul(lambda, self.g.square(r)));
+        let xr = self.rounded(self.g.mul(x, r));
+        let xr = match factor {
+            Some(f) => self.g.mul(xr, f),
+            None => xr,
+        };
+        self.rounded(self.g.mul(self.g.mul(xr, under), w))
     }
 }
 
@@ -390,6 +475,16 @@ fn abs_f32(t: &Tensor) -> Tensor {
     let v: Vec<f64> = t.values_f64().into_iter().map(f64::abs).collect();
     let shape = t.shape.clone();
     Tensor::from_f64(&shape, ElemType::F32, None, &v).to_format(t.format)
+}
+
+/// `t` in fp32, exactly (every fp16/bf16 value is an fp32 value), in its layout.
+fn to_f32(t: &Tensor) -> Tensor {
+    Tensor::from_f64(&t.shape, ElemType::F32, None, &t.values_f64()).to_format(t.format)
+}
+
+/// The wide twin's inputs for concrete inputs of the graph under test: each in fp32.
+pub fn wide_inputs(inputs: &[Tensor]) -> Vec<Tensor> {
+    inputs.iter().map(to_f32).collect()
 }
 
 /// The magnitude twin's inputs for concrete inputs of the graph under test: `|x|` in fp32
@@ -414,10 +509,16 @@ fn input_spec(case: &Case, dt: ElemType) -> TensorSpec {
 }
 
 /// Builds one of the two graphs; also returns the qs8 output steps.
-fn build_graph(case: &Case, abs: bool) -> Result<(Graph, Vec<Option<f32>>), NotApplicable> {
-    let q = case.dtype == ElemType::Qs8 && !abs;
-    let dt = if abs || case.dtype == ElemType::Qs8 { ElemType::F32 } else { case.dtype };
-    let cx = Ctx { g: GraphBuilder::new(), case, abs, dt, q, next_weight: std::cell::Cell::new(0) };
+fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<f32>>), NotApplicable> {
+    let (abs, wide) = (kind == Kind::Magnitude, kind == Kind::Wide);
+    let q = case.dtype == ElemType::Qs8 && kind == Kind::UnderTest;
+    let dt = if kind != Kind::UnderTest || case.dtype == ElemType::Qs8 { ElemType::F32 } else { case.dtype };
+    // The floor is the largest smallest-normal of the types the graph rounds to.
+    let floor = abs.then(|| {
+        let l = smallest_normal(case.dtype);
+        case.mean_dtype.map_or(l, |d| l.max(smallest_normal(d)))
+    });
+    let cx = Ctx { g: GraphBuilder::new(), case, abs, wide, dt, q, floor, next_weight: std::cell::Cell::new(0) };
     let g = &cx.g;
     let x_in = g.input("x", input_spec(case, dt));
     // QK-norm's magnitude twin also takes the true values.
@@ -453,45 +554,44 @@ fn build_graph(case: &Case, abs: bool) -> Result<(Graph, Vec<Option<f32>>), NotA
         }
         Pattern::RmsNorm => {
             if q {
-                return na("rms_norm has no qs8 form");
+                return invalid_field("dtype", "rms_norm has no qs8 form");
             }
             vec![cx.rms_norm(x, case.shape[rank - 1], None)]
         }
         Pattern::QkNorm => {
             if q {
-                return na("qk_norm has no qs8 form");
+                return invalid_field("dtype", "qk_norm has no qs8 form");
             }
             let (b, s, e) = (case.shape[0] as i64, case.shape[1] as i64, case.shape[2]);
             let h = heads(case);
             let dh = e / h;
-            let proj = |v: T, wq: T| g.reshape(g.linear(v, wq, None), &[b, s, h as i64, dh as i64]);
+            let heads = |v: T| g.reshape(v, &[b, s, h as i64, dh as i64]);
             let wq = cx.weight(&[e, e]);
-            let qh = proj(x, wq);
+            let qh = heads(cx.linear(x, wq, None));
             let normed = match actual_in {
                 Some(a) => {
-                    // The true-valued projection uses the signed weights: rebuild them.
-                    // The true-valued projection needs the signed weights.
+                    // The true-valued projection needs the signed weights (and no floor).
                     let wq_true = signed_weight_like(&cx, &[e, e], 0);
-                    let qa = proj(a, wq_true);
+                    let qa = heads(g.linear(a, wq_true, None));
                     cx.rms_norm(qh, dh, Some(qa))
                 }
                 None => cx.rms_norm(qh, dh, None),
             };
             let flat = g.reshape(normed, &[b, s, e as i64]);
             let wo = cx.weight(&[e, e]);
-            vec![g.linear(flat, wo, None)]
+            vec![cx.linear(flat, wo, None)]
         }
         Pattern::PreNormMlp => {
             if q {
-                return na("pre_norm_mlp has no qs8 form");
+                return invalid_field("dtype", "pre_norm_mlp has no qs8 form");
             }
             let d = case.shape[rank - 1];
             let f = mlp_hidden(case);
             let n = cx.rms_norm(x, d, None);
             let (w1, b1) = (cx.weight(&[f, d]), cx.weight(&[f]));
-            let h = g.relu(g.linear(n, w1, Some(b1)));
+            let h = g.relu(cx.linear(n, w1, Some(b1)));
             let (w2, b2) = (cx.weight(&[d, f]), cx.weight(&[d]));
-            vec![g.add(x, g.linear(h, w2, Some(b2)))]
+            vec![g.add(x, cx.linear(h, w2, Some(b2)))]
         }
         Pattern::ConvMean => {
             let y = cx.qdq(cx.conv(x, case.shape[1], conv_out(case), kernel(case)), Q_CONV);
@@ -500,7 +600,10 @@ fn build_graph(case: &Case, abs: bool) -> Result<(Graph, Vec<Option<f32>>), NotA
         }
         Pattern::ConvMeanConv => {
             if q {
-                return na("conv_mean_conv has no qs8 form (the last conv would amplify the mean's step)");
+                return invalid_field(
+                    "dtype",
+                    "conv_mean_conv has no qs8 form (the last conv would amplify the mean's step)",
+                );
             }
             let y = cx.conv(x, case.shape[1], conv_out(case), kernel(case));
             let m = cx.mean(y, &dims, keepdim, false);
@@ -508,7 +611,7 @@ fn build_graph(case: &Case, abs: bool) -> Result<(Graph, Vec<Option<f32>>), NotA
         }
         Pattern::ConvSubMean => {
             if q {
-                return na("conv_sub_mean has no qs8 form");
+                return invalid_field("dtype", "conv_sub_mean has no qs8 form");
             }
             let y = cx.conv(x, case.shape[1], conv_out(case), kernel(case));
             vec![cx.sub(y, cx.mean(y, &dims, keepdim, false))]
@@ -528,7 +631,8 @@ fn build_graph(case: &Case, abs: bool) -> Result<(Graph, Vec<Option<f32>>), NotA
         }
     };
     steps.resize(outputs.len(), None);
-    let graph = cx.g.finish(&outputs).map_err(|e| NotApplicable(format!("the case does not build: {e}")))?;
+    let graph =
+        cx.g.finish(&outputs).map_err(|e| InvalidCase::new("pattern", format!("the case does not build: {e}")))?;
     Ok((graph, steps))
 }
 
@@ -547,7 +651,7 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
     let mean = find(graph, &|op| matches!(op, Op::Mean { .. }));
     match kind {
         InvalidKind::DimOutOfRange | InvalidKind::RepeatedDim | InvalidKind::MeanDtypeQs8 => {
-            let Some(m) = mean else { return na("no mean to corrupt") };
+            let Some(m) = mean else { return invalid_field("invalid", "no mean to corrupt") };
             let rank = graph.nodes[graph.nodes[m].inputs[0]].spec.rank() as i64;
             if let Op::Mean { dims, dtype, .. } = &mut graph.nodes[m].op {
                 match kind {
@@ -567,19 +671,19 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
             graph.nodes[x].spec.shape[0] = Dim::fixed(0);
         }
         InvalidKind::MeanOnQs8 => {
-            let Some(m) = mean else { return na("no mean to corrupt") };
+            let Some(m) = mean else { return invalid_field("invalid", "no mean to corrupt") };
             let src = graph.nodes[m].inputs[0];
             match &graph.nodes[src].op {
                 Op::Dequantize(_) => {
                     let q = graph.nodes[src].inputs[0];
                     graph.nodes[m].inputs[0] = q;
                 }
-                _ => return na("mean_on_qs8 needs a qs8 case"),
+                _ => return invalid_field("invalid", "mean_on_qs8 needs a qs8 case"),
             }
         }
         InvalidKind::BadQuantScale | InvalidKind::BadZeroPoint => {
             let Some(qn) = find(graph, &|op| matches!(op, Op::Quantize(_))) else {
-                return na("no quantize to corrupt (needs dtype qs8)");
+                return invalid_field("invalid", "no quantize to corrupt (needs dtype qs8)");
             };
             if let Op::Quantize(p) = &mut graph.nodes[qn].op {
                 if kind == InvalidKind::BadQuantScale {
@@ -590,7 +694,9 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
             }
         }
         InvalidKind::ConvChannelMismatch => {
-            let Some(c) = find(graph, &|op| matches!(op, Op::Conv2d(_))) else { return na("no conv to corrupt") };
+            let Some(c) = find(graph, &|op| matches!(op, Op::Conv2d(_))) else {
+                return invalid_field("invalid", "no conv to corrupt");
+            };
             let mut w = graph.nodes[c].inputs[1];
             if matches!(graph.nodes[w].op, Op::Dequantize(_)) {
                 // Corrupt the int8 constant under the dequantize, and the dequantize's spec.
@@ -598,7 +704,9 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
                 w = graph.nodes[dq].inputs[0];
                 graph.nodes[dq].spec.shape[1].size += 1;
             }
-            let Op::Constant { tensor } = &graph.nodes[w].op else { return na("conv weight is not a constant") };
+            let Op::Constant { tensor } = &graph.nodes[w].op else {
+                return invalid_field("invalid", "conv weight is not a constant");
+            };
             let mut shape = tensor.shape.clone();
             shape[1] += 1;
             let n: usize = shape.iter().product();
@@ -613,11 +721,13 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
         InvalidKind::NotBroadcastable => {
             // Replace the second operand of the first add with a constant whose last dim
             // is one longer (never 1, never equal): it can not broadcast.
-            let Some(a) = find(graph, &|op| matches!(op, Op::Binary(_))) else { return na("no binary op") };
+            let Some(a) = find(graph, &|op| matches!(op, Op::Binary(_))) else {
+                return invalid_field("invalid", "no binary op");
+            };
             let other = graph.nodes[a].inputs[1];
             let spec = graph.nodes[other].spec.clone();
             let mut shape = spec.max_shape();
-            let Some(last) = shape.last_mut() else { return na("0-D operand") };
+            let Some(last) = shape.last_mut() else { return invalid_field("invalid", "0-D operand") };
             *last += 1;
             let n: usize = shape.iter().product();
             let t = Tensor::from_f64(&shape, spec.dtype, None, &vec![1.0; n]);
@@ -627,7 +737,7 @@ fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Result<(), NotA
         }
         InvalidKind::DynamicAboveBound => {
             if case.dynamic.is_empty() {
-                return na("dynamic_above_bound needs a dynamic dim");
+                return invalid_field("invalid", "dynamic_above_bound needs a dynamic dim");
             }
         }
     }
@@ -747,5 +857,81 @@ mod tests {
         assert!(!build(&c).unwrap().gap_only);
         let c = Case::new(Pattern::ConvSubMean, &[1, 2, 3, 3], &[], true);
         assert!(!build(&c).unwrap().gap_only);
+    }
+
+    #[test]
+    fn a_conv_means_count_is_taken_on_the_conv_output() {
+        // [1,1,1,22] with 8 output channels, mean over dims 1 and 3: 8 * 22 terms, not the
+        // input's 1 * 22 (fuzz seed 1796117805173093017, case 56964: a false alarm).
+        let mut c = Case::new(Pattern::ConvMean, &[1, 1, 1, 22], &[1, 3], false);
+        c.param = 8;
+        assert_eq!(build(&c).unwrap().acc_len, 1 + 8 * 22);
+        // [4,1,6,6], 8 channels, 3x3 kernel, every dim: 9 + 4 * 8 * 6 * 6.
+        let mut c = Case::new(Pattern::ConvMean, &[4, 1, 6, 6], &[], false);
+        (c.param, c.variant) = (8, 1);
+        assert_eq!(build(&c).unwrap().acc_len, 9 + 1152);
+        // Dims that keep the channels count as before.
+        let c = Case::new(Pattern::ConvMean, &[2, 3, 4, 5], &[2, 3], true);
+        assert_eq!(build(&c).unwrap().acc_len, 3 + 20);
+    }
+
+    /// The magnitude twin's output 0 for inputs `x` of `case`.
+    fn twin_of(case: &Case, x: Tensor) -> Vec<f64> {
+        let b = build(case).unwrap();
+        let m = b.magnitude(case).unwrap();
+        reference::eval::run(m, &magnitude_inputs(case, &[x])).unwrap()[0].values_f64()
+    }
+
+    #[test]
+    fn the_magnitude_twin_floors_each_rounding_at_the_smallest_normal() {
+        // RMSNorm of [tiny, 1, 1, 1]: x * r is subnormal in fp32, where a rounding errs by
+        // half the smallest subnormal, absolutely; the twin makes it at least 2^-126 before
+        // the weight scales it (fuzz seed 4298143141532721928: a false alarm without).
+        let c = Case::new(Pattern::RmsNorm, &[1, 4], &[-1], true);
+        let w = engine::generate(
+            &TensorSpec::new(ElemType::F32, &[4]),
+            c.seed ^ 0x5EED_0000_0000_0000 ^ 1u64.wrapping_mul(0x9E37_79B9),
+            false,
+        );
+        let w0 = w.values_f64()[0].abs();
+        let x = Tensor::f32(&[1, 4], vec![1.0e-40, 1.0, 1.0, 1.0]);
+        let m = twin_of(&c, x.clone());
+        assert!(
+            m[0] >= f32::MIN_POSITIVE as f64 * w0 * (1.0 - 1e-6),
+            "{} < 2^-126 |w| = {}",
+            m[0],
+            f32::MIN_POSITIVE as f64 * w0
+        );
+        // Normal values are left alone (to f32 rounding).
+        let plain = reference::eval::run(&build(&c).unwrap().graph, &[x]).unwrap()[0].values_f64();
+        assert!((m[1] - plain[1].abs()).abs() <= 1e-6 * m[1]);
+        // fp16 rounds to a type whose smallest normal is 2^-14.
+        let c16 = Case { dtype: ElemType::F16, ..Case::new(Pattern::Mean, &[1, 4], &[-1], true) };
+        let x16 = Tensor::from_f64(&[1, 4], ElemType::F16, None, &[1e-7, 0.0, 0.0, 0.0]);
+        assert_eq!(twin_of(&c16, x16)[0], 2f64.powi(-14));
+    }
+
+    #[test]
+    fn the_wide_twin_is_the_graph_in_fp32_for_single_rounding_cases_only() {
+        let c = Case { dtype: ElemType::Bf16, ..Case::new(Pattern::AddMean, &[2, 3], &[-1], true) };
+        let b = build(&c).unwrap();
+        assert!(b.rounds_once);
+        let w = b.wide(&c).expect("a bf16 add_mean has a wide twin");
+        assert!(w.nodes.iter().all(|n| n.spec.dtype == ElemType::F32));
+        let x = Tensor::from_f64(&[2, 3], ElemType::Bf16, None, &[1.0, 2.0, 4.0, 1.0, 1.0, 1.0 + 2f64.powi(-7)]);
+        let v = reference::eval::run(w, &wide_inputs(&[x])).unwrap()[0].values_f64();
+        // 2 (1 + 2 + 4) / 3 = 14/3 in f32, not in bf16; 2 (3 + 2^-7) / 3 likewise.
+        assert_eq!(v[0], (14.0f32 / 3.0) as f64);
+        assert_eq!(v[1], ((6.0 + 2f64.powi(-6)) / 3.0) as f32 as f64);
+        let c = Case { dtype: ElemType::F16, ..Case::new(Pattern::RmsNorm, &[2, 4], &[-1], true) };
+        let b = build(&c).unwrap();
+        assert!(!b.rounds_once && b.wide(&c).is_none());
+        // `mean(dtype=fp16)` of fp32 values averages the values cast to fp16 (fuzz seed
+        // 20261202, case 3215045: a false alarm while the wide twin averaged the fp32 ones).
+        let c = Case { mean_dtype: Some(ElemType::F16), ..Case::new(Pattern::Mean, &[1, 2], &[-1], true) };
+        let b = build(&c).unwrap();
+        let x = Tensor::f32(&[1, 2], vec![1.0 + 2f32.powi(-12), 3.0]);
+        let v = reference::eval::run(b.wide(&c).unwrap(), &wide_inputs(&[x])).unwrap()[0].values_f64();
+        assert_eq!(v, vec![2.0]);
     }
 }

@@ -39,13 +39,20 @@ pub enum Outcome {
     ExpectedFail(String),
     /// Marked xfail but passing now (the bug is fixed: drop the mark).
     UnexpectedPass,
+    /// The case can not be run as written (see [`crate::case::InvalidCase`]).
+    Invalid(String),
 }
 
 /// Replays one case; returns the outcome and the printable verdicts.
 pub fn replay_case(case: &Case) -> (Outcome, String) {
-    let r = check_caught(case, &CheckOptions::default());
+    // The full matrix, outputs judged by the plain comparison alone (what it prints is what
+    // decided).
+    let r = check_caught(case, &CheckOptions { plain: true, ..CheckOptions::default() });
     let text = report::verdicts(&r);
     let label = r.first_failure().map(|c| c.label());
+    if let Some(e) = &r.invalid {
+        return (Outcome::Invalid(e.to_string()), text);
+    }
     let outcome = match (label, &case.xfail) {
         (None, None) => Outcome::Pass,
         (Some(l), None) => Outcome::Fail(l),
@@ -66,6 +73,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         println!("seeded bug {name} active");
     }
     let mut bad = 0;
+    let mut invalid = 0;
     let mut total = 0;
     for f in &args.files {
         let cases = if f.as_os_str() == "-" {
@@ -115,9 +123,22 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
                     bad += 1;
                     println!("  => passes, but is marked xfail: the bug looks fixed, remove the \"xfail\" field");
                 }
+                Outcome::Invalid(e) => {
+                    invalid += 1;
+                    println!("  => {e}");
+                }
             }
         }
     }
-    println!("replayed {total} case{}, {bad} unexpected", if total == 1 { "" } else { "s" });
-    Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    println!(
+        "replayed {total} case{}, {bad} unexpected{}",
+        if total == 1 { "" } else { "s" },
+        if invalid > 0 { format!(", {invalid} invalid (not run)") } else { String::new() }
+    );
+    // 2 when a case could not even be run (as for other usage errors), 1 when one failed.
+    Ok(match (invalid, bad) {
+        (0, 0) => ExitCode::SUCCESS,
+        (0, _) => ExitCode::from(1),
+        _ => ExitCode::from(2),
+    })
 }

@@ -26,6 +26,22 @@ fn check_passes_on_the_committed_sweep_and_baseline() {
 }
 
 #[test]
+fn check_fails_when_a_thread_count_of_the_baseline_is_missing() {
+    let dir = temp("missing");
+    let files = check::csv_files(&reports()).unwrap();
+    let (&dropped, _) = files.iter().last().expect("the sweep holds CSVs");
+    for (&t, p) in &files {
+        if t != dropped {
+            std::fs::copy(p, report::csv_path(&dir, t)).unwrap();
+        }
+    }
+    let (ok, out) = check::check(&dir, &reports().join("baseline"), false, 0.25).unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("missing {}", report::csv_path(&dir, dropped).display())), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn check_fails_on_a_doctored_csv_naming_the_row() {
     let dir = temp("doctored");
     let files = check::csv_files(&reports().join("baseline")).unwrap();

@@ -25,6 +25,7 @@ fn every_corpus_case_replays() {
                 Outcome::Fail(l) => {
                     problems.push(format!("{}[{i}] {} fails {l}:\n{text}", f.display(), case.to_json()))
                 }
+                Outcome::Invalid(e) => problems.push(format!("{}[{i}] can not be run: {e}", f.display())),
                 Outcome::UnexpectedPass => {
                     problems.push(format!("{}[{i}] is marked xfail but passes: remove the mark", f.display()))
                 }

@@ -155,3 +155,10 @@ fn a_program_without_delegates_is_gated() {
     let (ok, report) = gate::gate_pte(&f, &at_least_one_mean).unwrap();
     assert!(!ok && report.contains("XNNStaticMean: 0 < at least 1"), "{report}");
 }
+
+#[test]
+fn only_with_a_name_that_matches_nothing_is_an_error() {
+    let e = gate::compute(&["no_such_program".into()]).expect_err("--only matching nothing must fail");
+    assert!(e.to_string().contains("matches no program"), "{e}");
+    assert!(gate::compute(&["gap_1x8x6x6".into()]).is_ok());
+}

@@ -1,11 +1,12 @@
 //! The outputs oracle's tolerance is both valid (correct f32 implementations in any
 //! summation order pass) and tight (a dropped element or a wrong divisor fails), checked
 //! against simulated delegate outputs computed here, outside the delegate; and the qs8
-//! tolerance is exact exactly where the derivation says so.
+//! tolerance is exact exactly where the derivation says so; an fp16/bf16 output that is
+//! truncated instead of rounded to nearest fails in the normal range.
 
 use harness::case::{Case, Pattern};
-use harness::oracle::outputs::{compare_with as compare, tolerance};
-use harness::patterns::{build, magnitude_inputs};
+use harness::oracle::outputs::{compare_plain, compare_with as compare, tolerance, ulp, Given};
+use harness::patterns::{build, magnitude_inputs, wide_inputs};
 use reference::data::SplitMix64;
 use reference::{ElemType, Tensor};
 
@@ -54,12 +55,16 @@ fn check(dt: ElemType, sizes: &[usize], positive: bool) {
         let input = Tensor::from_f64(&[rows, n], dt, None, &x);
         let xs: Vec<f32> = input.values_f64().iter().map(|&v| v as f32).collect();
         let want = &reference::eval::run(&built.graph, std::slice::from_ref(&input)).unwrap()[0];
-        let mag_in = magnitude_inputs(&case, &[input]);
+        let mag_in = magnitude_inputs(&case, std::slice::from_ref(&input));
         let mag = &reference::eval::run(built.magnitude(&case).unwrap(), &mag_in).unwrap()[0];
+        // fp16/bf16: the rounding-mode rule applies too (a bare mean rounds once).
+        let wide = built.wide(&case).map(|w| reference::eval::run(w, &wide_inputs(&[input])).unwrap()[0].values_f64());
+        assert!(wide.is_some(), "a bare mean has a wide twin");
+        let ev = Given { magnitude: Some(mag.values_f64()), peak: 0.0, wide };
         let tol = tolerance(&case, &built, 0, &case.shape);
         for order in orders() {
             let ok = simulated_mean(&xs, rows, n, &order, n, None, dt);
-            assert!(compare(want, &ok, Some(mag), &tol).is_none(), "{dt} n={n}: a correct mean failed");
+            assert!(compare_plain(want, &ok, &ev, &tol).is_none(), "{dt} n={n}: a correct mean failed");
             if positive {
                 for wrong in [n + 1, n.saturating_sub(1).max(1)] {
                     if wrong == n {
@@ -137,5 +142,66 @@ fn qs8_tolerance_allows_one_step_when_the_mean_count_is_not_a_power_of_two() {
         assert!(compare(&want, &away, None, &tol).is_none(), "n={n}: one step off failed");
         let two_off = Tensor::f32(&[1, 1], vec![4.0 * harness::patterns::Q_MEAN.scale]);
         assert!(compare(&want, &two_off, None, &tol).is_some(), "n={n}: two steps off passed");
+    }
+}
+
+/// f32 -> `dt` by truncation toward zero (the planted bug: a conversion that drops bits).
+fn truncate_to(dt: ElemType, v: f32) -> f64 {
+    match dt {
+        ElemType::Bf16 => f32::from_bits(v.to_bits() & 0xffff_0000) as f64,
+        _ => {
+            let x = v as f64;
+            let step = ulp(dt, x);
+            (x / step).trunc() * step
+        }
+    }
+}
+
+#[test]
+fn a_truncating_fp16_or_bf16_conversion_fails_in_the_normal_range() {
+    let mut rng = SplitMix64::new(7);
+    for dt in [ElemType::F16, ElemType::Bf16] {
+        for n in [2usize, 3, 5, 8, 17, 64] {
+            let rows = 64;
+            let case = Case { dtype: dt, ..Case::new(Pattern::Mean, &[rows, n], &[-1], true) };
+            let built = build(&case).unwrap();
+            let x: Vec<f64> = (0..rows * n).map(|_| rng.range(0.5, 2.0)).collect();
+            let input = Tensor::from_f64(&[rows, n], dt, None, &x);
+            let want = &reference::eval::run(&built.graph, std::slice::from_ref(&input)).unwrap()[0];
+            let mag = reference::eval::run(
+                built.magnitude(&case).unwrap(),
+                &magnitude_inputs(&case, std::slice::from_ref(&input)),
+            )
+            .unwrap()[0]
+                .values_f64();
+            let wide = reference::eval::run(built.wide(&case).unwrap(), &wide_inputs(std::slice::from_ref(&input)))
+                .unwrap()[0]
+                .values_f64();
+            let ev = Given { magnitude: Some(mag.clone()), peak: 0.0, wide: Some(wide) };
+            let tol = tolerance(&case, &built, 0, &case.shape);
+            // The delegate's f32 mean, then the conversion to `dt`.
+            let xs: Vec<f32> = input.values_f64().iter().map(|&v| v as f32).collect();
+            let f32_means: Vec<f32> =
+                (0..rows).map(|r| xs[r * n..(r + 1) * n].iter().sum::<f32>() * (1.0 / n as f32)).collect();
+            let rounded =
+                Tensor::from_f64(&[rows, 1], dt, None, &f32_means.iter().map(|&v| v as f64).collect::<Vec<_>>());
+            let truncated = Tensor::from_f64(
+                &[rows, 1],
+                dt,
+                None,
+                &f32_means.iter().map(|&v| truncate_to(dt, v)).collect::<Vec<_>>(),
+            );
+            assert!(compare_plain(want, &rounded, &ev, &tol).is_none(), "{dt} n={n}: rounding to nearest failed");
+            assert_ne!(rounded, truncated, "{dt} n={n}: no row where truncation differs");
+            let why = compare_plain(want, &truncated, &ev, &tol);
+            assert!(
+                why.as_deref().is_some_and(|w| w.contains("not rounded to nearest")),
+                "{dt} n={n}: a truncating conversion passed: {why:?}"
+            );
+            // The general bound (one ulp plus 2 k u_c M) alone lets it pass: the rule is what
+            // catches it.
+            let no_rule = Given { wide: None, ..ev.clone() };
+            assert!(compare_plain(want, &truncated, &no_rule, &tol).is_none(), "{dt} n={n}");
+        }
     }
 }

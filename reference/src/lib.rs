@@ -5,6 +5,8 @@
 //! seeded inputs. The delegate reads [`graph`] but never calls [`eval`], and shares no
 //! kernel with it.
 
+#![forbid(unsafe_code)]
+
 pub mod data;
 pub mod dtype;
 pub mod eval;

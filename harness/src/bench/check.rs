@@ -175,6 +175,17 @@ pub fn check(dir: &Path, baseline: &Path, slower_only: bool, tolerance: f64) -> 
         .with_context(|| format!("no baseline at {} (copy a sweep's CSVs there)", baseline.display()))?;
     let mut out = String::new();
     let mut ok = true;
+    // Every thread count the baseline has must be in the sweep: a missing CSV would leave
+    // its rows unchecked and the check passing.
+    for t in base_files.keys().filter(|t| !files.contains_key(t)) {
+        let _ = writeln!(
+            out,
+            "FAIL missing {}: the baseline has {} threads, the sweep does not",
+            dir.join(format!("bench-t{t}.csv")).display(),
+            t
+        );
+        ok = false;
+    }
     let mut now_rows = Vec::new();
     for (&t, p) in &files {
         let (rows, errs) = validate_file(p, t)?;

@@ -11,8 +11,8 @@ pub mod portable;
 pub mod qs8;
 pub mod transpose;
 
-use super::pool::Pool;
-use super::simd::{Isa, Parts};
+use super::pool::{Parts, Pool};
+use super::simd::Isa;
 
 /// What every delegate kernel runs with: the instruction set and the program's pool.
 #[derive(Clone, Copy)]

@@ -6,8 +6,15 @@
 //!
 //! `threads == 1` creates no worker at all: every job runs inline on the caller.
 
-use super::simd::{scoped_job, JobRef};
+// The lifetime erasure of a job borrowed by persistent workers: `unsafe` (see its docs).
+#[allow(unsafe_code)]
+mod job;
+#[allow(unsafe_code)]
+mod parts;
+
 use super::ThreadPolicy;
+use job::{scoped_job, JobRef};
+pub use parts::Parts;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

@@ -1,0 +1,506 @@
+//! Row sums and column sums, the mean kernels: f32 sums with hand-written AVX2/AVX-512 bodies
+//! (several accumulators, masked tails), and the int8 sums multiversioned.
+
+use super::isa::{multiversion, Isa, Level};
+
+#[cfg(feature = "mutants")]
+use crate::mutants::{is_active, Mutant};
+
+/// A set of equal-length rows: `n[0] x n[1] x n[2]` rows of `len` contiguous elements starting
+/// at `base + a*st[0] + b*st[1] + c*st[2]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    pub base: usize,
+    pub n: [usize; 3],
+    pub st: [usize; 3],
+    pub len: usize,
+}
+
+impl Rows {
+    pub fn count(&self) -> usize {
+        self.n.iter().product()
+    }
+
+    /// One past the last element touched, or `None` on overflow. 0 rows touch nothing.
+    fn end(&self) -> Option<usize> {
+        if self.count() == 0 || self.len == 0 {
+            return Some(0);
+        }
+        let mut last = self.base;
+        for k in 0..3 {
+            last = last.checked_add((self.n[k] - 1).checked_mul(self.st[k])?)?;
+        }
+        last.checked_add(self.len)
+    }
+
+    fn check(&self, slice_len: usize) {
+        assert!(self.end().is_some_and(|e| e <= slice_len), "rows {self:?} exceed a buffer of {slice_len}");
+    }
+
+    #[inline(always)]
+    fn for_each(&self, mut f: impl FnMut(usize)) {
+        for a in 0..self.n[0] {
+            for b in 0..self.n[1] {
+                for c in 0..self.n[2] {
+                    f(self.base + a * self.st[0] + b * self.st[1] + c * self.st[2]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+fn mut_drop_tail() -> bool {
+    is_active(Mutant::DropSimdTail)
+}
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+fn mut_drop_tail() -> bool {
+    false
+}
+
+#[cfg(feature = "mutants")]
+fn mut_nan(isa: Isa, v: f32) -> f32 {
+    if !isa.is_scalar() && is_active(Mutant::SimdNanDropped) && v.is_nan() {
+        0.0
+    } else {
+        v
+    }
+}
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+fn mut_nan(_isa: Isa, v: f32) -> f32 {
+    v
+}
+
+/// Sum of every element of every row (f32 accumulation, order depends on `isa`).
+pub fn sum_rows_f32(isa: Isa, x: &[f32], rows: &Rows) -> f32 {
+    rows.check(x.len());
+    let s = match isa.level() {
+        Level::Scalar => sum_rows_portable(x, rows),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa(Avx2)` exists only after detection; `rows.check` bounds every access.
+        Level::Avx2 => unsafe { x86::sum_rows_avx2(x.as_ptr(), rows, mut_drop_tail()) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe { x86::sum_rows_avx512(x.as_ptr(), rows, mut_drop_tail()) },
+    };
+    mut_nan(isa, s)
+}
+
+fn sum_rows_portable(x: &[f32], rows: &Rows) -> f32 {
+    // 32 independent accumulators: the compiler vectorizes the inner loop without reassociating.
+    let mut acc = [0f32; 32];
+    let mut tail = 0f32;
+    rows.for_each(|off| {
+        let row = &x[off..off + rows.len];
+        let mut it = row.chunks_exact(32);
+        for c in &mut it {
+            for j in 0..32 {
+                acc[j] += c[j];
+            }
+        }
+        for &v in it.remainder() {
+            tail += v;
+        }
+    });
+    let mut s = tail;
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
+/// `out[r] = scale * sum(x[base + r*len .. base + (r+1)*len])`: consecutive rows, one call
+/// (no per-row dispatch; short rows are where per-call overhead would dominate).
+pub fn row_sums_f32(isa: Isa, x: &[f32], base: usize, len: usize, scale: f32, out: &mut [f32]) {
+    let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
+    rows.check(x.len());
+    if len == 0 {
+        out.fill(0.0);
+        return;
+    }
+    match isa.level() {
+        Level::Scalar => {
+            for (r, o) in out.iter_mut().enumerate() {
+                let one = Rows { base: base + r * len, n: [1, 1, 1], st: [0, 0, 0], len };
+                *o = sum_rows_portable(x, &one) * scale;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: detection proven by `Isa`; `rows.check` bounds every row; writes stay in `out`.
+        Level::Avx2 => unsafe { x86::row_sums_avx2(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe { x86::row_sums_avx512(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+    }
+    #[cfg(feature = "mutants")]
+    for v in out.iter_mut() {
+        *v = mut_nan(isa, *v);
+    }
+}
+
+/// `out[c] = scale * sum over rows of row[c]` for `c < rows.len` (f32 accumulation).
+pub fn col_sums_f32(isa: Isa, x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
+    rows.check(x.len());
+    assert_eq!(out.len(), rows.len, "column-sum output length");
+    match isa.level() {
+        Level::Scalar => col_sums_portable(x, rows, scale, out),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: detection proven by `Isa`; `rows.check` bounds reads, `out.len() == rows.len` bounds writes.
+        Level::Avx2 => unsafe { x86::col_sums_avx2(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe { x86::col_sums_avx512(x.as_ptr(), rows, scale, out.as_mut_ptr(), mut_drop_tail()) },
+    }
+    #[cfg(feature = "mutants")]
+    for v in out.iter_mut() {
+        *v = mut_nan(isa, *v);
+    }
+}
+
+fn col_sums_portable(x: &[f32], rows: &Rows, scale: f32, out: &mut [f32]) {
+    let width = rows.len;
+    let mut c0 = 0;
+    while c0 < width {
+        let w = (width - c0).min(32);
+        let mut acc = [0f32; 32];
+        rows.for_each(|off| {
+            let r = &x[off + c0..off + c0 + w];
+            for j in 0..w {
+                acc[j] += r[j];
+            }
+        });
+        for j in 0..w {
+            out[c0 + j] = acc[j] * scale;
+        }
+        c0 += w;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Rows;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX2 available; every row of `rows` lies inside the allocation behind `x`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sum_rows_avx2(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
+        let (mut a0, mut a1, mut a2, mut a3) =
+            (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+        let len = rows.len;
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        rows.for_each(|off| {
+            // SAFETY: off + j + 8 <= off + len for the full-vector loads; the masked load touches
+            // only lanes below `len - j`; the caller checked off + len <= slice length.
+            unsafe {
+                let p = x.add(off);
+                let mut j = 0;
+                while j + 32 <= len {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j + 8)));
+                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(j + 16)));
+                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(j + 24)));
+                    j += 32;
+                }
+                while j + 8 <= len {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    j += 8;
+                }
+                if j < len && !drop_tail {
+                    let m = _mm256_cmpgt_epi32(_mm256_set1_epi32((len - j) as i32), lanes);
+                    a1 = _mm256_add_ps(a1, _mm256_maskload_ps(p.add(j), m));
+                }
+            }
+        });
+        let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        _mm_cvtss_f32(h)
+    }
+
+    /// # Safety
+    /// AVX-512F available; every row of `rows` lies inside the allocation behind `x`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn sum_rows_avx512(x: *const f32, rows: &Rows, drop_tail: bool) -> f32 {
+        let (mut a0, mut a1, mut a2, mut a3) =
+            (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+        let len = rows.len;
+        rows.for_each(|off| {
+            // SAFETY: full loads stay below off + len; the masked load reads only the lanes below
+            // `len - j` (masked lanes never fault); off + len <= slice length.
+            unsafe {
+                let p = x.add(off);
+                let mut j = 0;
+                while j + 64 <= len {
+                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j + 16)));
+                    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(j + 32)));
+                    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(j + 48)));
+                    j += 64;
+                }
+                while j + 16 <= len {
+                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    j += 16;
+                }
+                if j < len && !drop_tail {
+                    let m: __mmask16 = ((1u32 << (len - j)) - 1) as u16;
+                    a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(m, p.add(j)));
+                }
+            }
+        });
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
+    }
+
+    /// # Safety
+    /// AVX2 available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn row_sums_avx2(x: *const f32, base: usize, len: usize, scale: f32, out: &mut [f32], drop_tail: bool) {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let tail = len % 8;
+        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail as i32), lanes);
+        for (r, o) in out.iter_mut().enumerate() {
+            // SAFETY: full loads end at or before the row's end; the masked load reads only the
+            // `tail` lanes inside the row; the caller checked the last row's end.
+            unsafe {
+                let p = x.add(base + r * len);
+                let (mut a0, mut a1, mut a2, mut a3) =
+                    (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+                let mut j = 0;
+                while j + 32 <= len {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(j)));
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j + 8)));
+                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(j + 16)));
+                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(j + 24)));
+                    j += 32;
+                }
+                while j + 8 <= len {
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(j)));
+                    j += 8;
+                }
+                if tail != 0 && !drop_tail {
+                    a2 = _mm256_add_ps(a2, _mm256_maskload_ps(p.add(j), m));
+                }
+                let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+                let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+                *o = _mm_cvtss_f32(h) * scale;
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn row_sums_avx512(
+        x: *const f32,
+        base: usize,
+        len: usize,
+        scale: f32,
+        out: &mut [f32],
+        drop_tail: bool,
+    ) {
+        let tail = len % 16;
+        let m: __mmask16 = ((1u32 << tail) - 1) as u16;
+        for (r, o) in out.iter_mut().enumerate() {
+            // SAFETY: as in `row_sums_avx2`; masked lanes never fault.
+            unsafe {
+                let p = x.add(base + r * len);
+                let (mut a0, mut a1, mut a2, mut a3) =
+                    (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+                let mut j = 0;
+                while j + 64 <= len {
+                    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p.add(j)));
+                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j + 16)));
+                    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(j + 32)));
+                    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(j + 48)));
+                    j += 64;
+                }
+                while j + 16 <= len {
+                    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(j)));
+                    j += 16;
+                }
+                if tail != 0 && !drop_tail {
+                    a2 = _mm512_add_ps(a2, _mm512_maskz_loadu_ps(m, p.add(j)));
+                }
+                *o = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) * scale;
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX2 available; rows inside `x`'s allocation; `out` valid for `rows.len` writes.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn col_sums_avx2(x: *const f32, rows: &Rows, scale: f32, out: *mut f32, drop_tail: bool) {
+        let width = rows.len;
+        let vs = _mm256_set1_ps(scale);
+        let mut c = 0;
+        // Every block below: the caller checked that each row lies inside `x` and that `out`
+        // holds `width` floats; column offsets stay below `width`.
+        while c + 32 <= width {
+            let (mut a0, mut a1, mut a2, mut a3) =
+                (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+            // SAFETY: columns c..c + 32 <= width of an in-bounds row.
+            rows.for_each(|off| unsafe {
+                let p = x.add(off + c);
+                a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p));
+                a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(8)));
+                a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(16)));
+                a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(24)));
+            });
+            // SAFETY: outputs c..c + 32 <= width.
+            unsafe {
+                _mm256_storeu_ps(out.add(c), _mm256_mul_ps(a0, vs));
+                _mm256_storeu_ps(out.add(c + 8), _mm256_mul_ps(a1, vs));
+                _mm256_storeu_ps(out.add(c + 16), _mm256_mul_ps(a2, vs));
+                _mm256_storeu_ps(out.add(c + 24), _mm256_mul_ps(a3, vs));
+            }
+            c += 32;
+        }
+        while c + 8 <= width {
+            let mut a0 = _mm256_setzero_ps();
+            // SAFETY: columns c..c + 8 <= width of an in-bounds row.
+            rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x.add(off + c))) });
+            // SAFETY: outputs c..c + 8 <= width.
+            unsafe { _mm256_storeu_ps(out.add(c), _mm256_mul_ps(a0, vs)) };
+            c += 8;
+        }
+        if c < width {
+            let m =
+                _mm256_cmpgt_epi32(_mm256_set1_epi32((width - c) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            let mut a0 = _mm256_setzero_ps();
+            if !drop_tail {
+                // SAFETY: the mask enables only the `width - c` lanes inside the row.
+                rows.for_each(|off| unsafe { a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x.add(off + c), m)) });
+            }
+            // SAFETY: the mask enables only outputs below `width`.
+            unsafe { _mm256_maskstore_ps(out.add(c), m, _mm256_mul_ps(a0, vs)) };
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F available; rows inside `x`'s allocation; `out` valid for `rows.len` writes.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn col_sums_avx512(x: *const f32, rows: &Rows, scale: f32, out: *mut f32, drop_tail: bool) {
+        let width = rows.len;
+        let vs = _mm512_set1_ps(scale);
+        let mut c = 0;
+        // Every block below: as in `col_sums_avx2`; masked lanes never fault.
+        while c + 64 <= width {
+            let (mut a0, mut a1, mut a2, mut a3) =
+                (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+            // SAFETY: columns c..c + 64 <= width of an in-bounds row.
+            rows.for_each(|off| unsafe {
+                let p = x.add(off + c);
+                a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p));
+                a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p.add(16)));
+                a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p.add(32)));
+                a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p.add(48)));
+            });
+            // SAFETY: outputs c..c + 64 <= width.
+            unsafe {
+                _mm512_storeu_ps(out.add(c), _mm512_mul_ps(a0, vs));
+                _mm512_storeu_ps(out.add(c + 16), _mm512_mul_ps(a1, vs));
+                _mm512_storeu_ps(out.add(c + 32), _mm512_mul_ps(a2, vs));
+                _mm512_storeu_ps(out.add(c + 48), _mm512_mul_ps(a3, vs));
+            }
+            c += 64;
+        }
+        while c + 16 <= width {
+            let mut a0 = _mm512_setzero_ps();
+            // SAFETY: columns c..c + 16 <= width of an in-bounds row.
+            rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x.add(off + c))) });
+            // SAFETY: outputs c..c + 16 <= width.
+            unsafe { _mm512_storeu_ps(out.add(c), _mm512_mul_ps(a0, vs)) };
+            c += 16;
+        }
+        if c < width {
+            let m: __mmask16 = ((1u32 << (width - c)) - 1) as u16;
+            let mut a0 = _mm512_setzero_ps();
+            if !drop_tail {
+                // SAFETY: the mask enables only the `width - c` lanes inside the row.
+                rows.for_each(|off| unsafe { a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m, x.add(off + c))) });
+            }
+            // SAFETY: the mask enables only outputs below `width`.
+            unsafe { _mm512_mask_storeu_ps(out.add(c), m, _mm512_mul_ps(a0, vs)) };
+        }
+    }
+}
+
+multiversion! {
+    /// Sum of rows of int8 values in int32 (exact for fewer than 2^24 elements per output).
+    pub fn sum_rows_i8(x: &[i8], rows: &Rows) -> i32 {
+        rows.check(x.len());
+        let mut acc = [0i32; 32];
+        let mut tail = 0i32;
+        rows.for_each(|off| {
+            let row = &x[off..off + rows.len];
+            let mut it = row.chunks_exact(32);
+            for c in &mut it {
+                for j in 0..32 {
+                    acc[j] += c[j] as i32;
+                }
+            }
+            for &v in it.remainder() {
+                tail += v as i32;
+            }
+        });
+        acc.iter().sum::<i32>() + tail
+    }
+}
+
+multiversion! {
+    /// `out[c] = sum over rows of row[c]` for int8 rows, in int32.
+    pub fn col_sums_i8(x: &[i8], rows: &Rows, out: &mut [i32]) {
+        rows.check(x.len());
+        let width = rows.len;
+        let out = &mut out[..width];
+        out.fill(0);
+        rows.for_each(|off| {
+            let r = &x[off..off + width];
+            for j in 0..width {
+                out[j] += r[j] as i32;
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::simd::available_isas;
+
+    #[test]
+    fn row_and_column_sums_agree_across_isas() {
+        let x: Vec<f32> = (0..1000).map(|i| ((i * 37 % 101) as f32) * 0.25 - 12.0).collect();
+        for len in [1, 7, 8, 15, 16, 17, 33, 63, 64, 65, 130] {
+            let rows = Rows { base: 3, n: [2, 3, 1], st: [len * 3 + 5, len + 1, 0], len };
+            let mut want = 0f64;
+            let mut want_cols = vec![0f64; len];
+            rows.for_each(|off| {
+                for j in 0..len {
+                    want += x[off + j] as f64;
+                    want_cols[j] += x[off + j] as f64;
+                }
+            });
+            for isa in available_isas() {
+                let got = sum_rows_f32(isa, &x, &rows);
+                assert!((got as f64 - want).abs() < 1e-3, "{} len {len}: {got} vs {want}", isa.name());
+                let mut sums = vec![0f32; 5];
+                row_sums_f32(isa, &x, 2, len, 2.0, &mut sums);
+                for (r, v) in sums.iter().enumerate() {
+                    let w: f64 = x[2 + r * len..2 + (r + 1) * len].iter().map(|&v| v as f64).sum();
+                    assert!((*v as f64 - 2.0 * w).abs() < 1e-3, "{} row {r} len {len}", isa.name());
+                }
+                let mut out = vec![0f32; len];
+                col_sums_f32(isa, &x, &rows, 0.5, &mut out);
+                for j in 0..len {
+                    assert!((out[j] as f64 - want_cols[j] * 0.5).abs() < 1e-3, "{} col {j}", isa.name());
+                }
+            }
+        }
+    }
+}
