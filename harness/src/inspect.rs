@@ -206,7 +206,10 @@ fn render_text(r: &Report) -> String {
         }
         out!("  segments: {}", p.segments.len());
         for s in &p.segments {
-            out!("    [{}] offset {} size {}", s.index, s.file_offset, s.size);
+            match s.file_offset {
+                Some(at) => out!("    [{}] offset {} size {} (file offset {at})", s.index, s.offset, s.size),
+                None => out!("    [{}] offset {} size {} (no segment base)", s.index, s.offset, s.size),
+            }
         }
         out!("  named data entries: {}", p.named_data);
         if !p.operators.is_empty() {
@@ -298,7 +301,7 @@ mod tests {
 
     #[test]
     fn inspects_every_fixture_file() {
-        let files = ["a", "b", "c", "h", "i_b"];
+        let files = ["a", "b", "c", "h", "i_b", "e"];
         for f in files {
             let r = report(f.into(), &fixture(&format!("{f}.pte")), true).unwrap();
             assert_eq!(r.kind, "pte");
@@ -381,6 +384,65 @@ mod tests {
         assert!(!gr.loads_on_old_runtime);
         assert_eq!(gr.node_counts["XNNStaticMean"], 1);
         assert!(render_text(&r).contains("Unhandled node type"));
+    }
+
+    #[test]
+    fn inspects_a_program_without_delegates() {
+        // f: no extended header, one empty segment at offset 0, the mean a portable operator.
+        let r = report("f.pte".into(), &fixture("f.pte"), true).unwrap();
+        let p = r.program.as_ref().unwrap();
+        assert_eq!(p.extended_header, None);
+        assert_eq!(p.segments, vec![pte::Segment { index: 0, offset: 0, file_offset: None, size: 0 }]);
+        assert!(p.delegates.is_empty() && r.payloads.is_empty());
+        assert_eq!(p.operators, vec!["aten::mean.out".to_string()]);
+        let text = render_text(&r);
+        assert!(text.contains("no extended header") && text.contains("delegates: 0"), "{text}");
+        assert!(text.contains("[0] offset 0 size 0 (no segment base)"), "{text}");
+    }
+
+    #[test]
+    fn lists_every_field_of_every_node() {
+        use delegate::xnn::*;
+        let v = |id, flags, dims: &[u32]| XValue {
+            datatype: XnnDatatype::Fp32,
+            dims: dims.to_vec(),
+            constant_buffer_idx: 0,
+            external_id: id,
+            flags,
+            id_out: id,
+            quant: None,
+        };
+        let pad = XNodeKind::StaticConstantPad {
+            pre_paddings: vec![0, 1],
+            post_paddings: vec![2, 3],
+            padding_value: -1.5,
+            input_id: 0,
+            output_id: 1,
+            flags: 0,
+        };
+        let neg = XNodeKind::Negate { input_id: 1, output_id: 2, flags: 0 };
+        let g = XnnGraph {
+            version: "0".into(),
+            nodes: [pad, neg].map(|kind| XNode { kind, debug_handle: 4, output_min_max: None }).to_vec(),
+            values: vec![v(0, 1, &[2, 3]), v(1, 0, &[4, 8]), v(2, 2, &[4, 8])],
+            num_externs: 3,
+            input_ids: vec![0],
+            output_ids: vec![2],
+            constant_data: vec![],
+            constant_bytes: vec![],
+        };
+        let mut g = g;
+        g.values[1].external_id = INVALID_VALUE_ID;
+        let text = render_text(&report("nodes.xnn".into(), &serialize::write(&g), true).unwrap());
+        assert!(
+            text.contains(
+                "node 0: StaticConstantPad { pre_paddings: [0, 1], post_paddings: [2, 3], padding_value: -1.5, \
+                 input_id: 0, output_id: 1, flags: 0 } debug_handle=4"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("node 1: Negate { input_id: 1, output_id: 2, flags: 0 }"), "{text}");
+        assert!(text.contains("XNNNegate                    1"), "{text}");
     }
 
     #[test]

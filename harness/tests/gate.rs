@@ -186,6 +186,21 @@ fn real_pte_programs_are_gated_against_limits() {
 }
 
 #[test]
+fn a_program_without_delegates_is_gated() {
+    // f: x.mean(-1) stays a portable operator on ExecuTorch 1.5.1; the file has no extended
+    // header and one empty segment at offset 0.
+    let f = std::fs::read(fixtures().join("f.pte")).expect("fixture f.pte");
+    let (ok, report) = gate::gate_pte(&f, &limits(&["XNNStaticTranspose=0"], &[], Some(0))).unwrap();
+    assert!(ok, "{report}");
+    assert!(report.contains("operators outside delegates: aten::mean.out"), "{report}");
+    assert!(report.contains("total: 0 delegates, {}"), "{report}");
+    let mut at_least_one_mean = limits(&[], &[], None);
+    at_least_one_mean.min.insert("XNNStaticMean".into(), 1);
+    let (ok, report) = gate::gate_pte(&f, &at_least_one_mean).unwrap();
+    assert!(!ok && report.contains("XNNStaticMean: 0 < at least 1"), "{report}");
+}
+
+#[test]
 fn only_with_a_name_that_matches_nothing_is_an_error() {
     let e = gate::compute(&["no_such_program".into()]).expect_err("--only matching nothing must fail");
     assert!(e.to_string().contains("matches no program"), "{e}");

@@ -186,8 +186,8 @@ impl Builder<'_> {
                 }
                 self.sub.channelwise_tensor(dt, scales, cd, &dims, data, ext, flags).map_err(status)
             }
-            Some(QuantParams::Other { type_id }) => {
-                Err(what(format!("quantization parameters of union type {type_id}")))
+            Some(q @ (QuantParams::PerTokenDynamic { .. } | QuantParams::PerChannelGroup { .. })) => {
+                Err(what(format!("quantization parameters {}", q.type_name())))
             }
         }
     }

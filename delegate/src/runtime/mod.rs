@@ -111,6 +111,9 @@ pub enum RuntimeError {
     Load { segment: usize, message: String },
     #[error("segment {segment}: unsupported: {what}")]
     Unsupported { segment: usize, what: String },
+    /// A node of a type the loader reads but this runtime does not run (it has no kernel).
+    #[error("segment {segment}, node {node}: {node_type} is not supported by this runtime")]
+    UnsupportedNode { segment: usize, node: usize, node_type: &'static str },
     #[error("segment {segment}, node {node}: {what}")]
     InvalidGraph { segment: usize, node: usize, what: String },
     #[error("program: {0}")]

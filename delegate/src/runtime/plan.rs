@@ -380,7 +380,7 @@ impl SegmentPlan {
                 XNodeKind::FullyConnected { flags, .. } => {
                     Kernel::FullyConnected { transpose_weights: flags & FLAG_TRANSPOSE_WEIGHTS != 0 }
                 }
-                other => return Err(unsupported(format!("node {ni}: {}", other.type_name()))),
+                other => return Err(RuntimeError::UnsupportedNode { segment, node: ni, node_type: other.type_name() }),
             };
             let inputs = n.kind.inputs().iter().map(|&i| id(ni, i)).collect::<Result<Vec<_>, _>>()?;
             let output = id(ni, n.kind.output().unwrap_or(INVALID_VALUE_ID))?;

@@ -10,14 +10,20 @@
 //!    axes, dtypes along each node, quant params, externs, flags, constant ranges).
 //!
 //! Nothing is allocated from an unchecked size field: every vector built here is bounded by
-//! a verified flatbuffer vector (so by the input length) or by a checked limit.
+//! a verified flatbuffer vector (so by the input length) or by a checked limit. Nothing is
+//! dropped either: every field of every table is decoded into the graph, and a table that
+//! sets a field the graph cannot hold (a deprecated field, or a vtable slot past the
+//! schema's last field, as a newer writer would make) is refused, so what loads writes
+//! back field for field. Values are decoded in [`value`], nodes in [`node`].
+
+mod node;
+mod value;
 
 use super::fb;
 use super::header::XnnHeader;
-use crate::xnn::{
-    node_type_name, ConstantDataOffset, ConvNode, QuantParams, XNode, XNodeKind, XValue, XnnDatatype, XnnGraph,
-    INVALID_VALUE_ID, MAX_EXTERNS, NODE_TYPE_NAMES, VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT,
-};
+use crate::xnn::{ConstantDataOffset, XnnGraph, MAX_EXTERNS, NODE_TYPE_NAMES};
+use node::{check_node, decode_node, Flow};
+use value::{check_values, decode_value};
 
 /// `XNN_MAX_TENSOR_DIMS`.
 pub const MAX_DIMS: usize = 6;
@@ -94,8 +100,21 @@ pub enum LoadError {
     BadDatatype { value: usize, raw: i16 },
     #[error("value {value}: {num_dims} dims exceed 6")]
     TooManyDims { value: usize, num_dims: u64 },
-    #[error("{table} {index}: num_dims field {num_dims} but the list holds {len}")]
-    DimsMismatch { table: &'static str, index: usize, num_dims: u32, len: usize },
+    #[error("{table} {index}: {count_field} = {count} but {list} holds {len} entries")]
+    CountMismatch {
+        table: &'static str,
+        index: usize,
+        count_field: &'static str,
+        count: u32,
+        list: &'static str,
+        len: usize,
+    },
+    #[error("{table} {index}: vtable slot {slot} lies past the schema's last field (this loader would drop it)")]
+    UnknownField { table: &'static str, index: usize, slot: u16 },
+    #[error("{table} {index}: deprecated field {field} is set (this loader would drop it)")]
+    DeprecatedField { table: &'static str, index: usize, field: &'static str },
+    #[error("value {value}: union type {type_id} is not an XValueUnion member")]
+    UnknownValueType { value: usize, type_id: u8 },
     #[error("value {value}: element count overflows")]
     SizeOverflow { value: usize },
     #[error("value {value}: {bytes} bytes exceed the limit {limit}")]
@@ -192,6 +211,10 @@ fn decode_framed(bytes: &[u8], limits: &LoadLimits) -> Result<(Option<XnnHeader>
 }
 
 fn decode_graph(root: fb::XNNGraph<'_>, constants: &[u8], limits: &LoadLimits) -> Result<XnnGraph, LoadError> {
+    use fb::XNNGraph as T;
+    // constant_buffer and mem_buffer_sizes (deprecated, slots 16 and 18): the runtime
+    // schema's pre-constant_data path, which ExecuTorch's export no longer writes.
+    modelled(root._tab, "XNNGraph", 0, T::VT_CONSTANT_DATA, &[(16, "constant_buffer"), (18, "mem_buffer_sizes")])?;
     let xvalues = root.xvalues().ok_or(LoadError::MissingField { table: "XNNGraph", field: "xvalues", index: 0 })?;
     let xnodes = root.xnodes().ok_or(LoadError::MissingField { table: "XNNGraph", field: "xnodes", index: 0 })?;
     if xvalues.len() > limits.max_values {
@@ -233,7 +256,7 @@ fn decode_graph(root: fb::XNNGraph<'_>, constants: &[u8], limits: &LoadLimits) -
     let mut flow = Flow::new(&values, &info);
     for (i, xn) in xnodes.iter().enumerate() {
         let node = decode_node(i, xn, limits.known_node_types)?;
-        check_node(i, &node, xn, &values, &info, &mut flow)?;
+        check_node(i, &node, &values, &info, &mut flow)?;
         nodes.push(node);
     }
 
@@ -257,6 +280,7 @@ fn decode_constants(
     let Some(list) = root.constant_data() else { return Ok(Vec::new()) };
     let mut out = Vec::with_capacity(list.len());
     for (index, c) in list.iter().enumerate() {
+        modelled(c._tab, "ConstantDataOffset", index, fb::ConstantDataOffset::VT_NAMED_KEY, &[])?;
         let (offset, size) = (c.offset(), c.size());
         // Present-but-empty keys (ExecuTorch's reserved entry) are kept as `Some("")`.
         let named_key = c.named_key();
@@ -345,727 +369,43 @@ impl<'a> Fields<'a> {
             Some(at) => le_u16(self.buf, at).map(|x| x as i16),
         }
     }
+
+    /// A `float` field whose schema default is 0.0.
+    fn f32(&self, slot: u16) -> Option<f32> {
+        self.u32(slot).map(f32::from_bits)
+    }
+
+    /// The first vtable slot past `last` that holds a field, if any (entries of zero
+    /// mean "absent"; an odd trailing byte holds no entry).
+    fn slot_past(&self, last: u16) -> Option<u16> {
+        let entries = self.vt.len() / 2;
+        (last as usize / 2 + 1..entries)
+            .find(|&k| matches!(le_u16(self.vt, 2 * k), Some(o) if o != 0))
+            .map(|k| 2 * k as u16)
+    }
+}
+
+/// The fields of table `t` (the `index`-th of its kind), after checking that it sets no
+/// field the graph cannot hold: none past `last` (the schema's last field slot) and none of
+/// the schema's `deprecated` (slot, name) fields.
+fn modelled<'a>(
+    t: flatbuffers::Table<'a>,
+    table: &'static str,
+    index: usize,
+    last: u16,
+    deprecated: &[(u16, &'static str)],
+) -> Result<Fields<'a>, LoadError> {
+    let f = Fields::of(t).ok_or_else(|| unreadable(table, index))?;
+    if let Some(slot) = f.slot_past(last) {
+        return Err(LoadError::UnknownField { table, index, slot });
+    }
+    if let Some(&(_, field)) = deprecated.iter().find(|(slot, _)| f.at(*slot).is_some()) {
+        return Err(LoadError::DeprecatedField { table, index, field });
+    }
+    Ok(f)
 }
 
 /// The error for a verified table that [`Fields`] could not read (never expected).
 fn unreadable(table: &'static str, index: usize) -> LoadError {
     LoadError::Verify(format!("{table} {index}: a verified table could not be read"))
-}
-
-/// `XNNTensorValue`'s scalars: (datatype, num_dims, constant_buffer_idx, external_id,
-/// flags, id_out).
-fn tensor_scalars(t: fb::XNNTensorValue<'_>) -> Option<(i16, u32, u32, u32, u32, u32)> {
-    use fb::XNNTensorValue as T;
-    let f = Fields::of(t._tab)?;
-    Some((
-        f.i16(T::VT_DATATYPE)?,
-        f.u32(T::VT_NUM_DIMS)?,
-        f.u32(T::VT_CONSTANT_BUFFER_IDX)?,
-        f.u32(T::VT_EXTERNAL_ID)?,
-        f.u32(T::VT_FLAGS)?,
-        f.u32(T::VT_ID_OUT)?,
-    ))
-}
-
-fn decode_tensor(i: usize, t: fb::XNNTensorValue<'_>) -> Result<XValue, LoadError> {
-    let (raw, num_dims, constant_buffer_idx, external_id, flags, id_out) =
-        tensor_scalars(t).ok_or_else(|| unreadable("value", i))?;
-    let datatype = match XnnDatatype::from_i16(raw) {
-        Some(XnnDatatype::Invalid) | None => return Err(LoadError::BadDatatype { value: i, raw }),
-        Some(d) => d,
-    };
-    if num_dims as usize > MAX_DIMS {
-        return Err(LoadError::TooManyDims { value: i, num_dims: num_dims as u64 });
-    }
-    let dims: Vec<u32> = match t.dims() {
-        Some(d) if d.len() > MAX_DIMS => return Err(LoadError::TooManyDims { value: i, num_dims: d.len() as u64 }),
-        Some(d) => d.iter().collect(),
-        None => Vec::new(),
-    };
-    if dims.len() != num_dims as usize {
-        return Err(LoadError::DimsMismatch { table: "value", index: i, num_dims, len: dims.len() });
-    }
-    Ok(XValue { datatype, dims, constant_buffer_idx, external_id, flags, id_out, quant: None })
-}
-
-fn decode_value(i: usize, xv: fb::XValue<'_>) -> Result<XValue, LoadError> {
-    if let Some(t) = xv.xvalue_union_as_xnntensor_value() {
-        return decode_tensor(i, t);
-    }
-    if let Some(q) = xv.xvalue_union_as_xnnquantized_tensor_value() {
-        let t = q.tensor_value().ok_or_else(|| missing("XNNQuantizedTensorValue", "tensor_value", i))?;
-        let mut v = decode_tensor(i, t)?;
-        let quant = if let Some(p) = q.quant_params_as_per_tensor_quant() {
-            QuantParams::PerTensor { scale: p.scale(), zero_point: p.zero_point() }
-        } else if let Some(p) = q.quant_params_as_per_channel_quant() {
-            QuantParams::PerChannel {
-                scale: p.scale().map(|s| s.iter().collect()).unwrap_or_default(),
-                channel_dim: p.channel_dim(),
-                scale_buffer_idx: p.scale_buffer_idx(),
-                num_scales: p.num_scales(),
-            }
-        } else {
-            let ty = q.quant_params_type().0;
-            if ty == 0 || ty > fb::XNNQuantParams::ENUM_MAX {
-                return Err(LoadError::BadQuant {
-                    value: i,
-                    reason: format!("union type {ty} is not a quant params member"),
-                });
-            }
-            if q.quant_params().is_none() {
-                return Err(missing("XNNQuantizedTensorValue", "quant_params", i));
-            }
-            QuantParams::Other { type_id: ty }
-        };
-        v.quant = Some(quant);
-        return Ok(v);
-    }
-    // Type NONE, a type beyond the schema, or a known type without its table.
-    Err(missing("XValue", "xvalue_union", i))
-}
-
-/// Bits per element (packed 4-bit types count 4).
-fn elem_bits(d: XnnDatatype) -> u64 {
-    use XnnDatatype::*;
-    match d {
-        Fp32 | Qint32 | Qcint32 | Int32 | Pfp32 => 32,
-        Fp16 | Bf16 => 16,
-        Qint8 | Quint8 | Qcint8 | Qdint8 | Qpint8 => 8,
-        Qcint4 | Qbint4 => 4,
-        Invalid => 0,
-    }
-}
-
-fn is_float(d: XnnDatatype) -> bool {
-    matches!(d, XnnDatatype::Fp32 | XnnDatatype::Fp16 | XnnDatatype::Bf16)
-}
-
-/// Value facts the node checks need, indexed by `id_out`.
-struct ValueInfo {
-    /// `id_out` -> index into `values`.
-    by_id: Vec<usize>,
-}
-
-impl ValueInfo {
-    fn index_of(&self, id: u32) -> Option<usize> {
-        self.by_id.get(id as usize).copied().filter(|&i| i != usize::MAX)
-    }
-}
-
-fn check_values(
-    values: &[XValue],
-    constants: &[ConstantDataOffset],
-    num_externs: u32,
-    limits: &LoadLimits,
-) -> Result<ValueInfo, LoadError> {
-    let mut by_id = vec![usize::MAX; values.len()];
-    // Which external ids are taken; `num_externs` is at most MAX_EXTERNS here.
-    let mut externs = vec![false; num_externs as usize];
-    let mut total: u64 = 0;
-    for (i, v) in values.iter().enumerate() {
-        // Ids: a permutation of 0..len, as ExecuTorch assigns them (id_out = position).
-        match by_id.get_mut(v.id_out as usize) {
-            None => return Err(LoadError::BadValueId { value: i, id_out: v.id_out, reason: "is out of range" }),
-            Some(slot) if *slot != usize::MAX => {
-                return Err(LoadError::BadValueId { value: i, id_out: v.id_out, reason: "is defined twice" })
-            }
-            Some(slot) => *slot = i,
-        }
-        // Size: checked element count against the memory limit.
-        let mut count: u64 = 1;
-        for &d in &v.dims {
-            count = count.checked_mul(d as u64).ok_or(LoadError::SizeOverflow { value: i })?;
-        }
-        let bits = count.checked_mul(elem_bits(v.datatype)).ok_or(LoadError::SizeOverflow { value: i })?;
-        let bytes = bits.div_ceil(8);
-        if bytes > limits.max_bytes {
-            return Err(LoadError::TooLarge { value: i, bytes, limit: limits.max_bytes });
-        }
-        total = total.saturating_add(bytes);
-        if total > limits.max_bytes {
-            return Err(LoadError::TotalTooLarge { bytes: total, limit: limits.max_bytes });
-        }
-        // Flags and external ids.
-        if v.flags & !(VALUE_FLAG_EXTERNAL_INPUT | VALUE_FLAG_EXTERNAL_OUTPUT) != 0 {
-            return Err(LoadError::BadValueFlags { value: i, flags: v.flags });
-        }
-        let ext = |reason| LoadError::BadExternalId { value: i, external_id: v.external_id, flags: v.flags, reason };
-        if v.external_id != INVALID_VALUE_ID {
-            if v.external_id >= num_externs {
-                return Err(ext("is not below num_externs"));
-            }
-            if std::mem::replace(&mut externs[v.external_id as usize], true) {
-                return Err(ext("is used by two values"));
-            }
-        } else if v.flags != 0 {
-            return Err(ext("is invalid on an external value"));
-        }
-        // Constant reference.
-        if v.constant_buffer_idx != 0 {
-            let bad = |reason: String| LoadError::BadConstantRef { value: i, idx: v.constant_buffer_idx, reason };
-            let Some(c) = constants.get(v.constant_buffer_idx as usize) else {
-                return Err(bad(format!("is out of range ({} entries)", constants.len())));
-            };
-            if v.flags != 0 {
-                return Err(bad("is set on an external value".into()));
-            }
-            if c.size != bytes {
-                return Err(bad(format!("entry holds {} bytes, the tensor needs {bytes}", c.size)));
-            }
-        }
-        check_quant(i, v, constants)?;
-    }
-    Ok(ValueInfo { by_id })
-}
-
-fn check_quant(i: usize, v: &XValue, constants: &[ConstantDataOffset]) -> Result<(), LoadError> {
-    use XnnDatatype::*;
-    let bad = |reason: String| Err(LoadError::BadQuant { value: i, reason });
-    let scale_ok = |s: f32| s.is_finite() && s > 0.0;
-    match (&v.quant, v.datatype) {
-        (None, Qint8 | Quint8 | Qint32 | Qcint8 | Qcint32 | Qcint4 | Qbint4 | Qdint8 | Qpint8) => {
-            bad(format!("missing for {}", v.datatype.name()))
-        }
-        (None, _) => Ok(()),
-        (Some(QuantParams::PerTensor { scale, zero_point }), d @ (Qint8 | Quint8 | Qint32)) => {
-            // The zero point must be representable, as xnn_define_quantized_tensor_value checks.
-            let range = match d {
-                Qint8 => -128..=127,
-                Quint8 => 0..=255,
-                _ => 0..=0,
-            };
-            if !scale_ok(*scale) {
-                bad(format!("scale {scale} is not finite and positive"))
-            } else if !range.contains(zero_point) {
-                bad(format!("zero_point {zero_point} is outside {range:?} for {}", d.name()))
-            } else {
-                Ok(())
-            }
-        }
-        (
-            Some(QuantParams::PerChannel { scale, channel_dim, scale_buffer_idx, num_scales }),
-            Qcint8 | Qcint32 | Qcint4,
-        ) => {
-            let Some(&channels) = usize::try_from(*channel_dim).ok().and_then(|c| v.dims.get(c)) else {
-                return bad(format!("channel_dim {channel_dim} is outside the {} dims", v.dims.len()));
-            };
-            if !scale.is_empty() {
-                if scale.len() != channels as usize {
-                    return bad(format!("{} scales for {channels} channels", scale.len()));
-                }
-                if let Some(s) = scale.iter().find(|s| !scale_ok(**s)) {
-                    return bad(format!("scale {s} is not finite and positive"));
-                }
-                Ok(())
-            } else {
-                if *num_scales != channels {
-                    return bad(format!("num_scales {num_scales} for {channels} channels"));
-                }
-                if *scale_buffer_idx == 0 || *scale_buffer_idx as usize >= constants.len() {
-                    return bad(format!("scale_buffer_idx {scale_buffer_idx} names no constant entry"));
-                }
-                Ok(())
-            }
-        }
-        // Dynamic and blockwise members are kept by type id only; their datatype must be
-        // one of the types those schemes quantize.
-        (Some(QuantParams::Other { .. }), Qdint8 | Qpint8 | Qbint4) => Ok(()),
-        (Some(q), d) => bad(format!("{} params do not fit {}", quant_name(q), d.name())),
-    }
-}
-
-fn quant_name(q: &QuantParams) -> &'static str {
-    match q {
-        QuantParams::PerTensor { .. } => "PerTensorQuant",
-        QuantParams::PerChannel { .. } => "PerChannelQuant",
-        QuantParams::Other { .. } => "other",
-    }
-}
-
-fn decode_node(i: usize, xn: fb::XNode<'_>, known_node_types: u8) -> Result<XNode, LoadError> {
-    use XNodeKind::*;
-    let type_id = xn.xnode_union_type().0;
-    if type_id == 0 {
-        return Err(LoadError::NoneNode { node: i });
-    }
-    if type_id as usize > NODE_TYPE_NAMES.len() || type_id > known_node_types {
-        return Err(LoadError::UnknownNodeType { node: i, type_id });
-    }
-    let Some(table) = xn.xnode_union() else {
-        return Err(missing("XNode", "xnode_union", i));
-    };
-    // The union's table, of the member `type_id` names (what each generated
-    // `xnode_union_as_*` returns once the type matches), read field by field.
-    let f = Fields::of(table).ok_or_else(|| unreadable("node", i))?;
-    let n1 = || {
-        use fb::_XNNNode1x1 as T;
-        Some((f.u32(T::VT_INPUT_ID)?, f.u32(T::VT_OUTPUT_ID)?, f.u32(T::VT_FLAGS)?))
-    };
-    let n2 = || {
-        use fb::_XNNNode2x1 as T;
-        Some((f.u32(T::VT_INPUT1_ID)?, f.u32(T::VT_INPUT2_ID)?, f.u32(T::VT_OUTPUT_ID)?, f.u32(T::VT_FLAGS)?))
-    };
-    let conv = || {
-        use fb::_XNNNodeConv as T;
-        Some(ConvNode {
-            padding_top: f.u32(T::VT_PADDING_TOP)?,
-            padding_right: f.u32(T::VT_PADDING_RIGHT)?,
-            padding_bottom: f.u32(T::VT_PADDING_BOTTOM)?,
-            padding_left: f.u32(T::VT_PADDING_LEFT)?,
-            kernel_height: f.u32(T::VT_KERNEL_HEIGHT)?,
-            kernel_width: f.u32(T::VT_KERNEL_WIDTH)?,
-            subsampling_height: f.u32(T::VT_SUBSAMPLING_HEIGHT)?,
-            subsampling_width: f.u32(T::VT_SUBSAMPLING_WIDTH)?,
-            dilation_height: f.u32(T::VT_DILATION_HEIGHT)?,
-            dilation_width: f.u32(T::VT_DILATION_WIDTH)?,
-            group_input_channels: f.u32(T::VT_GROUP_INPUT_CHANNELS)?,
-            group_output_channels: f.u32(T::VT_GROUP_OUTPUT_CHANNELS)?,
-            groups: f.u32(T::VT_GROUPS)?,
-            adjustment_height: f.u32(T::VT_ADJUSTMENT_HEIGHT)?,
-            adjustment_width: f.u32(T::VT_ADJUSTMENT_WIDTH)?,
-            input1_id: f.u32(T::VT_INPUT1_ID)?,
-            filter_id: f.u32(T::VT_FILTER_ID)?,
-            bias_id: f.u32(T::VT_BIAS_ID)?,
-            output_id: f.u32(T::VT_OUTPUT_ID)?,
-            flags: f.u32(T::VT_FLAGS)?,
-        })
-    };
-    use crate::xnn::node_type as nt;
-    let kind = match type_id {
-        nt::ADD => n2().map(|(input1_id, input2_id, output_id, flags)| Add { input1_id, input2_id, output_id, flags }),
-        nt::SUBTRACT => {
-            n2().map(|(input1_id, input2_id, output_id, flags)| Subtract { input1_id, input2_id, output_id, flags })
-        }
-        nt::MULTIPLY => {
-            n2().map(|(input1_id, input2_id, output_id, flags)| Multiply { input1_id, input2_id, output_id, flags })
-        }
-        nt::DIV => n2().map(|(input1_id, input2_id, output_id, flags)| Div { input1_id, input2_id, output_id, flags }),
-        nt::FULLY_CONNECTED => {
-            use fb::XNNFullyConnected as T;
-            (|| {
-                Some(FullyConnected {
-                    input1_id: f.u32(T::VT_INPUT1_ID)?,
-                    filter_id: f.u32(T::VT_FILTER_ID)?,
-                    bias_id: f.u32(T::VT_BIAS_ID)?,
-                    output_id: f.u32(T::VT_OUTPUT_ID)?,
-                    flags: f.u32(T::VT_FLAGS)?,
-                })
-            })()
-        }
-        nt::CLAMP => n1().map(|(input_id, output_id, flags)| Clamp { input_id, output_id, flags }),
-        nt::SQUARE => n1().map(|(input_id, output_id, flags)| Square { input_id, output_id, flags }),
-        nt::RECIPROCAL_SQUARE_ROOT => {
-            n1().map(|(input_id, output_id, flags)| ReciprocalSquareRoot { input_id, output_id, flags })
-        }
-        nt::CONVERT => n1().map(|(input_id, output_id, flags)| Convert { input_id, output_id, flags }),
-        nt::COPY => n1().map(|(input_id, output_id, flags)| Copy { input_id, output_id, flags }),
-        nt::GLOBAL_AVG_POOLING_2D => {
-            n1().map(|(input_id, output_id, flags)| GlobalAvgPooling2d { input_id, output_id, flags })
-        }
-        nt::STATIC_TRANSPOSE => match xn.xnode_union_as_xnnstatic_transpose() {
-            Some(t) => {
-                let perm = t.perm().ok_or_else(|| missing("XNNStaticTranspose", "perm", i))?;
-                if perm.len() > MAX_DIMS || perm.len() != t.num_dims() as usize {
-                    return Err(LoadError::DimsMismatch {
-                        table: "XNNStaticTranspose node",
-                        index: i,
-                        num_dims: t.num_dims(),
-                        len: perm.len(),
-                    });
-                }
-                Some(StaticTranspose {
-                    perm: perm.iter().collect(),
-                    input_id: t.input_id(),
-                    output_id: t.output_id(),
-                    flags: t.flags(),
-                })
-            }
-            None => None,
-        },
-        nt::STATIC_RESHAPE => match xn.xnode_union_as_xnnstatic_reshape() {
-            Some(t) => {
-                let shape = t.new_shape().ok_or_else(|| missing("XNNStaticReshape", "new_shape", i))?;
-                if shape.len() > MAX_DIMS || shape.len() != t.num_dims() as usize {
-                    return Err(LoadError::DimsMismatch {
-                        table: "XNNStaticReshape node",
-                        index: i,
-                        num_dims: t.num_dims(),
-                        len: shape.len(),
-                    });
-                }
-                Some(StaticReshape {
-                    new_shape: shape.iter().collect(),
-                    input_id: t.input_id(),
-                    output_id: t.output_id(),
-                    flags: t.flags(),
-                })
-            }
-            None => None,
-        },
-        nt::STATIC_MEAN => match xn.xnode_union_as_xnnstatic_mean() {
-            Some(t) => {
-                let axes = t.reduction_axes().ok_or_else(|| missing("_XNNStaticReduce", "reduction_axes", i))?;
-                if axes.len() > MAX_DIMS || axes.len() != t.num_reduction_axes() as usize {
-                    return Err(LoadError::DimsMismatch {
-                        table: "XNNStaticMean node",
-                        index: i,
-                        num_dims: t.num_reduction_axes(),
-                        len: axes.len(),
-                    });
-                }
-                Some(StaticMean {
-                    reduction_axes: axes.iter().collect(),
-                    input_id: t.input_id(),
-                    output_id: t.output_id(),
-                    flags: t.flags(),
-                })
-            }
-            None => None,
-        },
-        nt::CONV_2D => conv().map(Conv2d),
-        nt::DEPTHWISE_CONV_2D => conv().map(DepthwiseConv2d),
-        _ => Some(Other { type_id }),
-    };
-    // `None`: a read failed in the member's table, present and of type `type_id` as
-    // checked above (never expected after verification).
-    let kind = kind.ok_or_else(|| unreadable("node", i))?;
-    let output_min_max = xn.output_min_max().map(|m| (m.output_min(), m.output_max()));
-    if let Some((lo, hi)) = output_min_max {
-        // NaN bounds are incomparable, so they are refused too.
-        if !matches!(lo.partial_cmp(&hi), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
-            return Err(LoadError::BadNode {
-                node: i,
-                node_type: kind.type_name(),
-                field: "output_min_max",
-                reason: format!("min {lo} is not at most max {hi}"),
-            });
-        }
-    }
-    Ok(XNode { kind, debug_handle: xn.debug_handle(), output_min_max })
-}
-
-/// A node's reads or writes: (schema field name, value id), at most five (the most any
-/// member has), kept inline because every node of every payload builds two.
-#[derive(Clone, Copy, Default)]
-struct Ids {
-    len: usize,
-    items: [(&'static str, u32); 5],
-}
-
-impl Ids {
-    fn of(items: &[(&'static str, u32)]) -> Ids {
-        let mut ids = Ids::default();
-        for &(f, id) in items {
-            ids.push(f, id);
-        }
-        ids
-    }
-
-    fn push(&mut self, field: &'static str, id: u32) {
-        self.items[self.len] = (field, id);
-        self.len += 1;
-    }
-
-    fn as_slice(&self) -> &[(&'static str, u32)] {
-        &self.items[..self.len]
-    }
-}
-
-/// (reads, writes) of a node, with the schema's field names; optional ids
-/// (`XNN_INVALID_VALUE_ID`) are left out.
-fn node_io(kind: &XNodeKind, xn: fb::XNode<'_>) -> (Ids, Ids) {
-    use XNodeKind::*;
-    let opt = |v: &mut Ids, f: &'static str, id: u32| {
-        if id != INVALID_VALUE_ID {
-            v.push(f, id)
-        }
-    };
-    match kind {
-        Add { input1_id, input2_id, output_id, .. }
-        | Subtract { input1_id, input2_id, output_id, .. }
-        | Multiply { input1_id, input2_id, output_id, .. }
-        | Div { input1_id, input2_id, output_id, .. } => {
-            (Ids::of(&[("input1_id", *input1_id), ("input2_id", *input2_id)]), Ids::of(&[("output_id", *output_id)]))
-        }
-        FullyConnected { input1_id, filter_id, bias_id, output_id, .. } => {
-            let mut r = Ids::of(&[("input1_id", *input1_id), ("filter_id", *filter_id)]);
-            opt(&mut r, "bias_id", *bias_id);
-            (r, Ids::of(&[("output_id", *output_id)]))
-        }
-        Clamp { input_id, output_id, .. }
-        | Square { input_id, output_id, .. }
-        | ReciprocalSquareRoot { input_id, output_id, .. }
-        | Convert { input_id, output_id, .. }
-        | Copy { input_id, output_id, .. }
-        | GlobalAvgPooling2d { input_id, output_id, .. }
-        | StaticTranspose { input_id, output_id, .. }
-        | StaticReshape { input_id, output_id, .. }
-        | StaticMean { input_id, output_id, .. } => {
-            (Ids::of(&[("input_id", *input_id)]), Ids::of(&[("output_id", *output_id)]))
-        }
-        Conv2d(c) | DepthwiseConv2d(c) => {
-            let mut r = Ids::of(&[("input1_id", c.input1_id), ("filter_id", c.filter_id)]);
-            opt(&mut r, "bias_id", c.bias_id);
-            (r, Ids::of(&[("output_id", c.output_id)]))
-        }
-        Other { .. } => other_io(xn),
-    }
-}
-
-/// Reads and writes of the union members kept as `Other`, from their schema tables.
-fn other_io(xn: fb::XNode<'_>) -> (Ids, Ids) {
-    let one = |t: Option<fb::_XNNNode1x1<'_>>| {
-        t.map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())])))
-    };
-    let two = |t: Option<fb::_XNNNode2x1<'_>>| {
-        t.map(|t| {
-            (
-                Ids::of(&[("input1_id", t.input1_id()), ("input2_id", t.input2_id())]),
-                Ids::of(&[("output_id", t.output_id())]),
-            )
-        })
-    };
-    let pool = |t: Option<fb::_XNNPooling2D<'_>>| {
-        t.map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())])))
-    };
-    let cat = |t: Option<fb::_XNNCat<'_>>, n: usize| {
-        t.map(|t| {
-            let all = [
-                ("input1_id", t.input1_id()),
-                ("input2_id", t.input2_id()),
-                ("input3_id", t.input3_id()),
-                ("input4_id", t.input4_id()),
-                ("input5_id", t.input5_id()),
-            ];
-            (Ids::of(&all[..n]), Ids::of(&[("output_id", t.output_id())]))
-        })
-    };
-    let conv = |t: Option<fb::_XNNNodeConv<'_>>| {
-        t.map(|c| {
-            let mut r = Ids::of(&[("input1_id", c.input1_id()), ("filter_id", c.filter_id())]);
-            if c.bias_id() != INVALID_VALUE_ID {
-                r.push("bias_id", c.bias_id());
-            }
-            (r, Ids::of(&[("output_id", c.output_id())]))
-        })
-    };
-    let io = match node_type_name(xn.xnode_union_type().0).unwrap_or("") {
-        "XNNSoftmax" => one(xn.xnode_union_as_xnnsoftmax()),
-        "XNNSigmoid" => one(xn.xnode_union_as_xnnsigmoid()),
-        "XNNFloor" => one(xn.xnode_union_as_xnnfloor()),
-        "XNNSquareRoot" => one(xn.xnode_union_as_xnnsquare_root()),
-        "XNNCeiling" => one(xn.xnode_union_as_xnnceiling()),
-        "XNNHardswish" => one(xn.xnode_union_as_xnnhardswish()),
-        "XNNNegate" => one(xn.xnode_union_as_xnnnegate()),
-        "XNNAbs" => one(xn.xnode_union_as_xnnabs()),
-        "XNNLog" => one(xn.xnode_union_as_xnnlog()),
-        "XNNGelu" => one(xn.xnode_union_as_xnngelu()),
-        "XNNTanh" => one(xn.xnode_union_as_xnntanh()),
-        "XNNExp" => one(xn.xnode_union_as_xnnexp()),
-        "XNNSin" => one(xn.xnode_union_as_xnnsin()),
-        "XNNCos" => one(xn.xnode_union_as_xnncos()),
-        "XNNMinimum" => two(xn.xnode_union_as_xnnminimum()),
-        "XNNMaximum" => two(xn.xnode_union_as_xnnmaximum()),
-        "XNNPReLU" => two(xn.xnode_union_as_xnnpre_lu()),
-        "XNNBatchMatrixMultiply" => two(xn.xnode_union_as_xnnbatch_matrix_multiply()),
-        "XNNAvgPooling2d" => pool(xn.xnode_union_as_xnnavg_pooling_2d()),
-        "XNNMaxPooling2d" => pool(xn.xnode_union_as_xnnmax_pooling_2d()),
-        "XNNConcatenate2" => cat(xn.xnode_union_as_xnnconcatenate_2(), 2),
-        "XNNConcatenate3" => cat(xn.xnode_union_as_xnnconcatenate_3(), 3),
-        "XNNConcatenate4" => cat(xn.xnode_union_as_xnnconcatenate_4(), 4),
-        "XNNConcatenate5" => cat(xn.xnode_union_as_xnnconcatenate_5(), 5),
-        "XNNConvTranspose2d" => conv(xn.xnode_union_as_xnnconv_transpose_2d()),
-        "XNNStaticResizeBilinear2D" => xn
-            .xnode_union_as_xnnstatic_resize_bilinear_2_d()
-            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
-        "XNNStaticConstantPad" => xn
-            .xnode_union_as_xnnstatic_constant_pad()
-            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
-        "XNNStaticSlice" => xn
-            .xnode_union_as_xnnstatic_slice()
-            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
-        "XNNLeakyReLU" => xn
-            .xnode_union_as_xnnleaky_re_lu()
-            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
-        "XNNELU" => xn
-            .xnode_union_as_xnnelu()
-            .map(|t| (Ids::of(&[("input_id", t.input_id())]), Ids::of(&[("output_id", t.output_id())]))),
-        "XNNArgMaxPooling2d" => xn.xnode_union_as_xnnarg_max_pooling_2d().map(|t| {
-            (
-                Ids::of(&[("input_id", t.input_id())]),
-                Ids::of(&[("output_value_id", t.output_value_id()), ("output_index_id", t.output_index_id())]),
-            )
-        }),
-        "XNNScaledDotProductAttention" => xn.xnode_union_as_xnnscaled_dot_product_attention().map(|t| {
-            let mut r = Ids::of(&[
-                ("query_id", t.query_id()),
-                ("key_id", t.key_id()),
-                ("value_id", t.value_id()),
-                ("scale_id", t.scale_id()),
-            ]);
-            if t.mask_id() != INVALID_VALUE_ID {
-                r.push("mask_id", t.mask_id());
-            }
-            (r, Ids::of(&[("output_id", t.output_id())]))
-        }),
-        _ => None,
-    };
-    io.unwrap_or_default()
-}
-
-/// Which values hold data at the current node: external inputs, constants, and outputs of
-/// earlier nodes.
-struct Flow {
-    ready: Vec<bool>,
-}
-
-impl Flow {
-    fn new(values: &[XValue], info: &ValueInfo) -> Flow {
-        let mut ready = vec![false; values.len()];
-        for v in values {
-            if v.flags & VALUE_FLAG_EXTERNAL_INPUT != 0 || v.constant_buffer_idx != 0 {
-                if let Some(i) = info.index_of(v.id_out) {
-                    ready[i] = true;
-                }
-            }
-        }
-        Flow { ready }
-    }
-}
-
-fn check_node(
-    i: usize,
-    node: &XNode,
-    xn: fb::XNode<'_>,
-    values: &[XValue],
-    info: &ValueInfo,
-    flow: &mut Flow,
-) -> Result<(), LoadError> {
-    let node_type = node.kind.type_name();
-    let (reads, writes) = node_io(&node.kind, xn);
-    let val = |field: &'static str, id: u32| -> Result<usize, LoadError> {
-        info.index_of(id).ok_or(LoadError::UndefinedId { node: i, node_type, field, id })
-    };
-    for &(field, id) in reads.as_slice() {
-        let vi = val(field, id)?;
-        if !flow.ready[vi] {
-            return Err(LoadError::UseBeforeDef { node: i, node_type, field, id });
-        }
-    }
-    for &(field, id) in writes.as_slice() {
-        let vi = val(field, id)?;
-        if flow.ready[vi] {
-            return Err(LoadError::Redefined { node: i, node_type, field, id });
-        }
-        flow.ready[vi] = true;
-    }
-    let v = |id: u32| &values[info.index_of(id).unwrap_or(0)];
-    let bad = |field: &'static str, reason: String| Err(LoadError::BadNode { node: i, node_type, field, reason });
-    let same = |field: &'static str, a: u32, b: u32| -> Result<(), LoadError> {
-        let (ea, eb) = (v(a).datatype, v(b).datatype);
-        if ea != eb {
-            return Err(LoadError::DtypeMismatch { node: i, node_type, field, expected: ea.name(), found: eb.name() });
-        }
-        Ok(())
-    };
-    use XNodeKind::*;
-    match &node.kind {
-        Add { input1_id, input2_id, output_id, .. }
-        | Subtract { input1_id, input2_id, output_id, .. }
-        | Multiply { input1_id, input2_id, output_id, .. }
-        | Div { input1_id, input2_id, output_id, .. } => {
-            same("input2_id", *input1_id, *input2_id)?;
-            same("output_id", *input1_id, *output_id)?;
-        }
-        Clamp { input_id, output_id, .. }
-        | Square { input_id, output_id, .. }
-        | ReciprocalSquareRoot { input_id, output_id, .. }
-        | Copy { input_id, output_id, .. }
-        | StaticReshape { input_id, output_id, .. } => same("output_id", *input_id, *output_id)?,
-        Convert { .. } | Other { .. } => {}
-        GlobalAvgPooling2d { input_id, output_id, .. } => {
-            same("output_id", *input_id, *output_id)?;
-            let (ri, ro) = (v(*input_id).dims.len(), v(*output_id).dims.len());
-            if ri != 4 || ro != 4 {
-                return bad(
-                    "input_id",
-                    format!("global average pooling needs 4-D NHWC input and output, got ranks {ri} and {ro}"),
-                );
-            }
-        }
-        StaticTranspose { perm, input_id, output_id, .. } => {
-            same("output_id", *input_id, *output_id)?;
-            let (din, dout) = (&v(*input_id).dims, &v(*output_id).dims);
-            if perm.len() != din.len() {
-                return bad("perm", format!("{} entries for a rank-{} input", perm.len(), din.len()));
-            }
-            let mut seen = [false; MAX_DIMS];
-            for &p in perm {
-                match seen.get_mut(p as usize).filter(|_| (p as usize) < perm.len()) {
-                    Some(s) if !*s => *s = true,
-                    _ => return bad("perm", format!("{perm:?} is not a permutation of 0..{}", perm.len())),
-                }
-            }
-            let expect: Vec<u32> = perm.iter().map(|&p| din[p as usize]).collect();
-            if &expect != dout {
-                return bad(
-                    "output_id",
-                    format!("output dims {dout:?} are not the input dims {din:?} permuted by {perm:?}"),
-                );
-            }
-        }
-        StaticMean { reduction_axes, input_id, output_id, flags } => {
-            same("output_id", *input_id, *output_id)?;
-            let (rin, rout) = (v(*input_id).dims.len(), v(*output_id).dims.len());
-            if reduction_axes.is_empty() {
-                return bad("reduction_axes", "is empty".into());
-            }
-            if reduction_axes.windows(2).any(|w| w[0] >= w[1]) {
-                return bad("reduction_axes", format!("{reduction_axes:?} are not strictly ascending"));
-            }
-            if reduction_axes.iter().any(|&a| a as usize >= rin) {
-                return bad("reduction_axes", format!("{reduction_axes:?} out of range for rank {rin}"));
-            }
-            let keep = flags & crate::xnn::FLAG_KEEP_DIMS != 0;
-            let want = if keep { rin } else { rin - reduction_axes.len() };
-            // ExecuTorch serializes a 0-D tensor as [1] (notes 1.8), so a full reduction
-            // without keep_dims has a [1] output.
-            let scalar_as_1 = want == 0 && v(*output_id).dims == [1];
-            if rout != want && !scalar_as_1 {
-                return bad("output_id", format!("rank {rout}, expected {want} (keep_dims {keep})"));
-            }
-        }
-        FullyConnected { input1_id, filter_id, output_id, .. } => {
-            check_weighted(i, node_type, v(*input1_id), v(*output_id))?;
-            if v(*filter_id).dims.len() != 2 {
-                return bad("filter_id", format!("filter rank {} is not 2", v(*filter_id).dims.len()));
-            }
-        }
-        Conv2d(c) | DepthwiseConv2d(c) => {
-            check_weighted(i, node_type, v(c.input1_id), v(c.output_id))?;
-            for (field, id) in [("input1_id", c.input1_id), ("filter_id", c.filter_id), ("output_id", c.output_id)] {
-                if v(id).dims.len() != 4 {
-                    return bad(field, format!("rank {} is not 4", v(id).dims.len()));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Convolution / fully connected: the output has the input's dtype, except that a
-/// dynamically quantized input produces a float output.
-fn check_weighted(node: usize, node_type: &'static str, input: &XValue, output: &XValue) -> Result<(), LoadError> {
-    let ok = input.datatype == output.datatype || (input.datatype == XnnDatatype::Qdint8 && is_float(output.datatype));
-    if ok {
-        Ok(())
-    } else {
-        Err(LoadError::DtypeMismatch {
-            node,
-            node_type,
-            field: "output_id",
-            expected: input.datatype.name(),
-            found: output.datatype.name(),
-        })
-    }
 }

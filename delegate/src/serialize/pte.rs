@@ -6,6 +6,16 @@
 //! the program flatbuffer up to `program_size`, then the segments at
 //! `segment_base_offset + DataSegment.offset`. The program is walked with the verified
 //! accessors generated from `schema/program.fbs`; every segment range is bounds-checked.
+//!
+//! Segment rules, as ExecuTorch writes and reads them (`exir/_serialize/_program.py`,
+//! `runtime/executor/program.cpp`):
+//! - the extended header is written only when some segment holds data; without it the
+//!   program is the whole file and there is no segment base, so its segments must be empty
+//!   (a program whose only data is empty still lists its empty constant segment at offset
+//!   0) and nothing may be loaded from one (a delegate stored in a segment is an error);
+//! - with it, segment `i` lies at `segment_base_offset + offset` and must end inside the
+//!   file and inside the `segment_data_size` bytes of segment data the header declares;
+//! - named data and the constant segment name segments that exist.
 
 use super::prog;
 use crate::xnn::XnnGraph;
@@ -26,6 +36,18 @@ pub enum PteError {
     Verify(String),
     #[error("segment {index} (offset {offset}, size {size}) lies outside the file ({file_len} bytes)")]
     SegmentOutOfBounds { index: usize, offset: u64, size: u64, file_len: u64 },
+    #[error(
+        "segment {index} (offset {offset}, size {size}) runs past the segment data \
+         ({segment_data_size} bytes from the segment base)"
+    )]
+    SegmentOutsideData { index: usize, offset: u64, size: u64, segment_data_size: u64 },
+    #[error(
+        "segment {index} (offset {offset}, size {size}) holds data, but the file has no extended header, \
+         so no segment base: nothing can be loaded from it"
+    )]
+    SegmentWithoutBase { index: usize, offset: u64, size: u64 },
+    #[error("{field} names segment {segment_index}, but the program has {segments} segments")]
+    NoSuchSegment { field: String, segment_index: u32, segments: usize },
     #[error("execution plan {plan} delegate {delegate}: {reason}")]
     BadDelegate { plan: usize, delegate: usize, reason: String },
     #[error("{0} is missing")]
@@ -48,8 +70,22 @@ pub struct ExtendedHeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Segment {
     pub index: usize,
-    pub file_offset: u64,
+    /// `DataSegment.offset`, relative to the segment base.
+    pub offset: u64,
+    /// Where its bytes start in the file; `None` without an extended header (no segment
+    /// base, and the segment is empty).
+    pub file_offset: Option<u64>,
     pub size: u64,
+}
+
+impl Segment {
+    /// The segment's bytes in `file` (empty for an empty segment without a base).
+    pub fn bytes<'a>(&self, file: &'a [u8]) -> Option<&'a [u8]> {
+        match self.file_offset {
+            Some(o) => file.get(usize::try_from(o).ok()?..usize::try_from(o.checked_add(self.size)?).ok()?),
+            None => (self.size == 0).then_some(&[][..]),
+        }
+    }
 }
 
 /// Where a delegate's processed bytes live.
@@ -105,9 +141,7 @@ impl<'a> PteFile<'a> {
     /// The bytes the named data store holds under `key` (a whole segment).
     pub fn named_data_bytes(&self, key: &str) -> Option<&'a [u8]> {
         let n = self.named_data.iter().find(|n| n.key == key)?;
-        let seg = self.segments.get(n.segment_index as usize)?;
-        let s = seg.file_offset as usize;
-        self.file.get(s..s + seg.size as usize)
+        self.segments.get(n.segment_index as usize)?.bytes(self.file)
     }
 
     /// `graph` (a payload of this file) with every named-data-store constant copied into
@@ -203,20 +237,18 @@ pub fn parse(bytes: &[u8]) -> Result<PteFile<'_>, PteError> {
     let opts = flatbuffers::VerifierOptions { max_depth: 64, max_tables: 1 << 20, ..Default::default() };
     let program = prog::root_as_program_with_opts(&opts, program_bytes).map_err(|e| PteError::Verify(e.to_string()))?;
 
-    let file_len = bytes.len() as u64;
-    let mut segments = Vec::new();
-    if let Some(list) = program.segments() {
-        for (index, s) in list.iter().enumerate() {
-            let (offset, size) = (s.offset(), s.size());
-            // Without an extended header no segment data can be located, but an empty
-            // segment needs none (ExecuTorch writes one for a program without delegates:
-            // fixture `f.pte`).
-            let base = eh.map(|h| h.segment_base_offset).or((size == 0).then_some(0));
-            let file_offset = base.and_then(|b| b.checked_add(offset));
-            match file_offset.and_then(|o| o.checked_add(size).map(|e| (o, e))) {
-                Some((o, end)) if end <= file_len => segments.push(Segment { index, file_offset: o, size }),
-                _ => return Err(PteError::SegmentOutOfBounds { index, offset, size, file_len }),
-            }
+    let segments = segments_of(&program, eh, bytes.len() as u64)?;
+    let no_segment =
+        |field: String, segment_index: u32| PteError::NoSuchSegment { field, segment_index, segments: segments.len() };
+    // ExecuTorch loads the constant segment when it has more than the placeholder offset.
+    if let Some(cs) = program.constant_segment() {
+        if cs.offsets().is_some_and(|o| o.len() > 1) && cs.segment_index() as usize >= segments.len() {
+            return Err(no_segment("constant_segment".into(), cs.segment_index()));
+        }
+    }
+    for (k, m) in program.mutable_data_segments().iter().flatten().enumerate() {
+        if m.segment_index() as usize >= segments.len() {
+            return Err(no_segment(format!("mutable_data_segments[{k}]"), m.segment_index()));
         }
     }
 
@@ -237,8 +269,13 @@ pub fn parse(bytes: &[u8]) -> Result<PteFile<'_>, PteError> {
                 prog::DataLocation::SEGMENT => {
                     let seg =
                         segments.get(index as usize).ok_or_else(|| bad(format!("segment {index} does not exist")))?;
-                    let s = seg.file_offset as usize;
-                    (DataLocation::Segment, Some(seg.file_offset), &bytes[s..s + seg.size as usize])
+                    let Some(at) = seg.file_offset else {
+                        return Err(bad(format!(
+                            "its data is in segment {index}, but the file has no extended header (no segment base)"
+                        )));
+                    };
+                    let data = seg.bytes(bytes).ok_or_else(|| bad(format!("segment {index} is unreadable")))?;
+                    (DataLocation::Segment, Some(at), data)
                 }
                 prog::DataLocation::INLINE => {
                     let inline = program
@@ -262,13 +299,47 @@ pub fn parse(bytes: &[u8]) -> Result<PteFile<'_>, PteError> {
         }
     }
 
-    let named_data = program
-        .named_data()
-        .iter()
-        .flatten()
-        .map(|n| NamedData { key: n.key().unwrap_or("").to_string(), segment_index: n.segment_index() })
-        .collect();
+    let mut named_data = Vec::new();
+    for (k, n) in program.named_data().iter().flatten().enumerate() {
+        let key = n.key().unwrap_or("").to_string();
+        if n.segment_index() as usize >= segments.len() {
+            return Err(no_segment(format!("named_data[{k}] ({key})"), n.segment_index()));
+        }
+        named_data.push(NamedData { key, segment_index: n.segment_index() });
+    }
     Ok(PteFile { extended_header: eh, segments, delegates, named_data, operators, file: bytes })
+}
+
+/// `Program.segments`, each checked against the segment rules (see the module docs).
+fn segments_of(
+    program: &prog::Program<'_>,
+    eh: Option<ExtendedHeader>,
+    file_len: u64,
+) -> Result<Vec<Segment>, PteError> {
+    let mut segments = Vec::new();
+    for (index, s) in program.segments().iter().flatten().enumerate() {
+        let (offset, size) = (s.offset(), s.size());
+        let Some(h) = eh else {
+            if size != 0 {
+                return Err(PteError::SegmentWithoutBase { index, offset, size });
+            }
+            segments.push(Segment { index, offset, file_offset: None, size });
+            continue;
+        };
+        let start = h.segment_base_offset.checked_add(offset);
+        match start.and_then(|o| o.checked_add(size).map(|e| (o, e))) {
+            Some((o, end)) if end <= file_len => {
+                if let Some(data) = h.segment_data_size {
+                    if offset.checked_add(size).is_none_or(|e| e > data) {
+                        return Err(PteError::SegmentOutsideData { index, offset, size, segment_data_size: data });
+                    }
+                }
+                segments.push(Segment { index, offset, file_offset: Some(o), size });
+            }
+            _ => return Err(PteError::SegmentOutOfBounds { index, offset, size, file_len }),
+        }
+    }
+    Ok(segments)
 }
 
 /// The bytes of every XNNPACK delegate payload in a `.pte` file, in plan then delegate order.
