@@ -29,6 +29,8 @@ pub struct InFlight {
     /// Case number to abort at (tests, [`TEST_ABORT_ENV`]).
     abort_at: Option<u64>,
     buf: String,
+    /// Bytes in the file now.
+    len: usize,
 }
 
 impl InFlight {
@@ -39,7 +41,7 @@ impl InFlight {
         let path = dir.join(format!("{}-{worker}.json", std::process::id()));
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let abort_at = std::env::var(TEST_ABORT_ENV).ok().and_then(|v| v.parse().ok());
-        Ok(InFlight { file, path, abort_at, buf: String::new() })
+        Ok(InFlight { file, path, abort_at, buf: String::new(), len: 0 })
     }
 
     /// Records case `index` of campaign `seed` as the one being checked (overwriting the last).
@@ -50,11 +52,14 @@ impl InFlight {
         let _ = writeln!(self.buf, "// harness fuzz --seed {seed} (case #{index}), pid {}", std::process::id());
         self.buf.push_str(&case.to_json());
         self.buf.push('\n');
-        // One write at offset 0, then the length: no stale tail from a longer case before.
-        let ok = self.file.write_all_at(self.buf.as_bytes(), 0).is_ok();
-        if ok {
-            let _ = self.file.set_len(self.buf.len() as u64);
-        }
+        // One write at offset 0, the one system call per case (no truncate), padded with
+        // spaces over the tail of a longer case before: `collect` reads the first line and the
+        // line that starts with `{`, and a line of spaces is neither.
+        let pad = self.len.saturating_sub(self.buf.len());
+        self.buf.extend(std::iter::repeat_n(' ', pad));
+        // (Even a failed write may have written part of it.)
+        let _ = self.file.write_all_at(self.buf.as_bytes(), 0);
+        self.len = self.buf.len();
         if self.abort_at == Some(index) {
             let _ = self.file.flush();
             std::process::abort();

@@ -53,6 +53,16 @@
 //!   does that, and the infinity then propagates as either sign or NaN). Likewise a NaN the
 //!   reference gets from opposite infinities may then come out as either infinity, unless a
 //!   NaN value reaches the output (the magnitude twin is NaN there: only NaN will do).
+//!   An infinite reference value whose magnitude `M` is finite is an overflow of the
+//!   reference's one rounding, not an infinity of the data: the exact value `e` is finite
+//!   with `T <= |e| <= M`, where `T = F + ulp(F)/2` (`F` the largest finite value: 65504 and
+//!   `T` = 65520 for fp16) is where rounding to nearest overflows. The delegate's own error
+//!   can leave its value just below `T`, so it may round to `F` instead: a finite `g` of the
+//!   reference's sign passes when some such `e` is within the bound of it,
+//!   `|g| >= T - (L + 2k + 4) u M - 2 k u_c M - ulp(F)` (and `M >= T`, up to the twin's own
+//!   rounding), the finite rule with `e` at its nearest admissible point. Without it real
+//!   XNNPACK's 65504 against the reference's +inf failed (fuzz seed 8, `shared_input` fp16
+//!   [32, 1, 2, 7] with specials).
 //!   Signed zeros compare equal.
 //! - **Underflow.** The model above, `fl(v) = v (1 + d)` with `|d| <= u`, holds only at or
 //!   above the smallest normal value `λ` (`2^-126` for fp32 and bf16, `2^-14` for fp16).
