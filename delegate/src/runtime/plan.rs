@@ -394,7 +394,7 @@ fn plan_nodes(
                 return Err(bad(segment, ni, format!("output range [{lo}, {hi}]")));
             }
         }
-        check_types(segment, ni, &kernel, &inputs, output, &values)?;
+        check_types(segment, ni, &kernel, &inputs, output, values)?;
         let filter = inputs.get(1).map(|&w| values[w].loc);
         let packed = match (&kernel, filter) {
             (Kernel::Conv(cg), Some(Loc::Const(k))) if !cg.depthwise && values[output].dt != Dt::I8 => {
