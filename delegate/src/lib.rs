@@ -8,7 +8,6 @@
 #![deny(unsafe_code)]
 
 pub mod lower;
-#[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod program;
 pub mod runtime;

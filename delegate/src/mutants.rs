@@ -1,14 +1,31 @@
-//! Seeded bugs for `harness mutants` (compiled only with the `mutants` feature).
+//! Seeded bugs for `harness mutants`.
 //!
-//! One mutant is active at a time, chosen at run time with [`set_active`]. Each module
-//! plants its own mutants behind `#[cfg(feature = "mutants")]` and asks [`is_active`].
+//! One mutant is active at a time, chosen at run time with [`set_active`] (only with the
+//! `mutants` feature). Each module plants its own mutants and asks [`is_active`] with a
+//! [`Mutant`] variant, so a misspelt mutant does not compile with the feature on or off;
+//! with it off, [`is_active`] is a constant `false` and the seeded branches compile away.
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "mutants")]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mutant {
+/// Declares [`Mutant`] and [`Mutant::ALL`] from one list, so `ALL` holds every variant.
+macro_rules! mutants {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Mutant {
+            $($(#[doc = $doc])* $name,)*
+        }
+
+        impl Mutant {
+            /// Every mutant, in declaration order.
+            pub const ALL: [Mutant; [$(stringify!($name)),*].len()] = [$(Mutant::$name),*];
+        }
+    };
+}
+
+mutants! {
     /// Layout: the q/dq look-through tests a lower-rank slice, so a quantized channels_last input reads as NCHW.
     LookThroughRankSlice,
     /// Lowering: the GAP case goes through a static mean with extra transposes.
@@ -55,50 +72,37 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 21] = [
-        Mutant::LookThroughRankSlice,
-        Mutant::GapAsStaticMean,
-        Mutant::NhwcIntoStaticMean,
-        Mutant::GapRankFromInput,
-        Mutant::NoDtypeArgCheck,
-        Mutant::SizeCutoff8192,
-        Mutant::EmptyDimsNotExpanded,
-        Mutant::NegativeDimsNotNormalized,
-        Mutant::KeepdimIgnored,
-        Mutant::WrongDivisor,
-        Mutant::DropSimdTail,
-        Mutant::ThreadSplitLastChunk,
-        Mutant::SimdNanDropped,
-        Mutant::Qs8RoundHalfAway,
-        Mutant::Fp16AccumulateInFp16,
-        Mutant::HashOrderValueIds,
-        Mutant::StaticMeanMidUnion,
-        Mutant::UnknownNameCountsZero,
-        Mutant::Bf16TakesGap,
-        Mutant::RequantCopyFolded,
-        Mutant::RequantReshapeGrouped,
-    ];
-
     pub fn name(self) -> String {
         serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
     }
 }
 
 // 0 = none; otherwise index + 1 into `Mutant::ALL`.
+#[cfg(feature = "mutants")]
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Activates one mutant for the whole process (or none).
+#[cfg(feature = "mutants")]
 pub fn set_active(m: Option<Mutant>) {
     let v = m.and_then(|m| Mutant::ALL.iter().position(|x| *x == m)).map_or(0, |i| i + 1);
     ACTIVE.store(v, Ordering::SeqCst);
 }
 
+#[cfg(feature = "mutants")]
 pub fn active() -> Option<Mutant> {
     let v = ACTIVE.load(Ordering::Relaxed);
     v.checked_sub(1).map(|i| Mutant::ALL[i])
 }
 
+#[cfg(feature = "mutants")]
 #[inline]
 pub fn is_active(m: Mutant) -> bool {
     active() == Some(m)
+}
+
+/// Without the `mutants` feature no mutant is ever active.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub const fn is_active(_m: Mutant) -> bool {
+    false
 }

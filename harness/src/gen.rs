@@ -124,10 +124,43 @@ impl Knobs {
             i if (1..=InvalidKind::ALL.len()).contains(&i) => Some(InvalidKind::ALL[i - 1]),
             _ => None,
         };
+        let (pattern, dtype, rank) = self.pattern_dtype_rank(invalid);
+        let (mut shape, mut param) = self.shape_and_param(pattern, rank);
+        param = fit_elements(cfg, pattern, &mut shape, param);
+        param = self.fit_macs(cfg, pattern, &mut shape, param);
+        let dims = self.dims(rank);
+        let format = match (self.channels_last, rank) {
+            (true, 4) => MemoryFormat::ChannelsLast,
+            (true, 5) if matches!(pattern, Pattern::Mean | Pattern::AddMean) => MemoryFormat::ChannelsLast3d,
+            _ => MemoryFormat::Contiguous,
+        };
+        let mean_dtype = (self.mean_dtype && matches!(pattern, Pattern::Mean | Pattern::AddMean) && dtype.is_float())
+            .then_some(if dtype == ElemType::F32 { ElemType::F16 } else { ElemType::F32 });
+
+        let (dynamic, run_shapes) = self.dynamic_dims(pattern, rank, invalid, &shape);
+        let threads = vec![1, cfg.threads.max(2)];
+        let mut case = Case::new(pattern, &shape, &dims, self.keepdim);
+        case.dtype = dtype;
+        case.format = format;
+        case.mean_dtype = mean_dtype;
+        case.dynamic = dynamic;
+        case.run_shapes = run_shapes;
+        case.modes = LoweringMode::ALL.to_vec();
+        case.threads = threads;
+        case.seed = self.seed;
+        case.specials = self.specials && dtype != ElemType::Qs8;
+        case.param = param;
+        case.variant = self.variant & 0x07;
+        case.invalid = invalid;
+        case
+    }
+
+    /// The pattern, dtype and rank: an invalid kind picks the pattern and dtype it needs,
+    /// qs8 only where the pattern has a qs8 form, and the rank the pattern takes.
+    fn pattern_dtype_rank(&self, invalid: Option<InvalidKind>) -> (Pattern, ElemType, usize) {
         let mut pattern = Pattern::ALL[self.pattern as usize % Pattern::ALL.len()];
         let mut dtype = [ElemType::F32, ElemType::F16, ElemType::Bf16, ElemType::Qs8][self.dtype as usize % 4];
         let mut rank = 1 + self.rank as usize % 6;
-        // An invalid kind picks the pattern and dtype it needs.
         match invalid {
             Some(InvalidKind::RankTooHigh) => {
                 pattern = Pattern::Mean;
@@ -186,6 +219,11 @@ impl Knobs {
             Pattern::RmsNorm => rank.clamp(1, 4),
             _ => rank,
         };
+        (pattern, dtype, rank)
+    }
+
+    /// The drawn shape and the pattern's parameter (heads, MLP width, conv channels).
+    fn shape_and_param(&self, pattern: Pattern, rank: usize) -> (Vec<usize>, usize) {
         let mut shape: Vec<usize> = self.sizes[..rank].iter().map(|&s| size_of(s)).collect();
         let mut param = 0usize;
         match pattern {
@@ -202,27 +240,11 @@ impl Knobs {
             }
             _ => {}
         }
-        // Fit the element budget: halve the largest dim (QK-norm: never its head split).
-        let budget = cfg.max_elems.max(1);
-        while shape.iter().product::<usize>() > budget {
-            let (i, _) = shape
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !(pattern == Pattern::QkNorm && *i == 2))
-                .max_by_key(|(_, &s)| s)
-                .unwrap_or((0, &1));
-            if shape[i] <= 1 {
-                break;
-            }
-            shape[i] = shape[i].div_ceil(2);
-        }
-        // Conv patterns: keep the conv's output (param channels) within budget too.
-        if pattern.needs_rank4() {
-            while param > 1 && param * shape[0] * shape[2] * shape[3] > budget {
-                param /= 2;
-            }
-        }
-        // Multiply-accumulate budget of convs and linears: shrink the widest factor.
+        (shape, param)
+    }
+
+    /// The multiply-accumulate budget of convs and linears: shrinks the widest factor.
+    fn fit_macs(&self, cfg: &GenConfig, pattern: Pattern, shape: &mut [usize], mut param: usize) -> usize {
         let k = if self.variant & 1 == 1 { 9 } else { 1 };
         loop {
             let macs = match pattern {
@@ -278,8 +300,11 @@ impl Knobs {
                 break;
             }
         }
+        param
+    }
 
-        // Dims list.
+    /// The dims list of the mean.
+    fn dims(&self, rank: usize) -> Vec<i64> {
         let r = rank as i64;
         let mut dims: Vec<i64> = match self.dims_kind % 4 {
             0 => vec![(self.dim_pick as i64) % r],
@@ -302,15 +327,17 @@ impl Knobs {
         if self.negative & 0x80 != 0 {
             dims.reverse();
         }
-        let format = match (self.channels_last, rank) {
-            (true, 4) => MemoryFormat::ChannelsLast,
-            (true, 5) if matches!(pattern, Pattern::Mean | Pattern::AddMean) => MemoryFormat::ChannelsLast3d,
-            _ => MemoryFormat::Contiguous,
-        };
-        let mean_dtype = (self.mean_dtype && matches!(pattern, Pattern::Mean | Pattern::AddMean) && dtype.is_float())
-            .then_some(if dtype == ElemType::F32 { ElemType::F16 } else { ElemType::F32 });
+        dims
+    }
 
-        // Dynamic dims where the pattern allows them.
+    /// Dynamic dims where the pattern allows them, and the run shapes they give.
+    fn dynamic_dims(
+        &self,
+        pattern: Pattern,
+        rank: usize,
+        invalid: Option<InvalidKind>,
+        shape: &[usize],
+    ) -> (Vec<usize>, Vec<Vec<usize>>) {
         let allowed = |d: usize| match pattern {
             Pattern::QkNorm | Pattern::PreNormMlp => false,
             Pattern::RmsNorm => d + 1 != rank,
@@ -325,35 +352,46 @@ impl Knobs {
         if !dynamic.is_empty() {
             // The bound, every dynamic dim at 1, and one size in between (review finding B12:
             // the edges must be hit on purpose, not by chance).
-            let mut ones = shape.clone();
-            let mut mid = shape.clone();
+            let mut ones = shape.to_vec();
+            let mut mid = shape.to_vec();
             let mut rng = SplitMix64::new(self.seed ^ 0xD7A1);
             for &d in &dynamic {
                 ones[d] = 1;
                 mid[d] = 1 + rng.below(shape[d] as u64) as usize;
             }
-            run_shapes = vec![shape.clone(), ones, mid];
+            run_shapes = vec![shape.to_vec(), ones, mid];
             run_shapes.dedup();
         }
         if invalid == Some(InvalidKind::DynamicAboveBound) {
-            run_shapes = vec![shape.clone()];
+            run_shapes = vec![shape.to_vec()];
         }
-        let threads = vec![1, cfg.threads.max(2)];
-        let mut case = Case::new(pattern, &shape, &dims, self.keepdim);
-        case.dtype = dtype;
-        case.format = format;
-        case.mean_dtype = mean_dtype;
-        case.dynamic = dynamic;
-        case.run_shapes = run_shapes;
-        case.modes = LoweringMode::ALL.to_vec();
-        case.threads = threads;
-        case.seed = self.seed;
-        case.specials = self.specials && dtype != ElemType::Qs8;
-        case.param = param;
-        case.variant = self.variant & 0x07;
-        case.invalid = invalid;
-        case
+        (dynamic, run_shapes)
     }
+}
+
+/// Fits the element budget: halves the largest dim (QK-norm: never its head split), and
+/// keeps a conv's output (param channels) within it too.
+fn fit_elements(cfg: &GenConfig, pattern: Pattern, shape: &mut [usize], mut param: usize) -> usize {
+    let budget = cfg.max_elems.max(1);
+    while shape.iter().product::<usize>() > budget {
+        let (i, _) = shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !(pattern == Pattern::QkNorm && *i == 2))
+            .max_by_key(|(_, &s)| s)
+            .unwrap_or((0, &1));
+        if shape[i] <= 1 {
+            break;
+        }
+        shape[i] = shape[i].div_ceil(2);
+    }
+    // Conv patterns: keep the conv's output (param channels) within budget too.
+    if pattern.needs_rank4() {
+        while param > 1 && param * shape[0] * shape[2] * shape[3] > budget {
+            param /= 2;
+        }
+    }
+    param
 }
 
 impl<'a> Arbitrary<'a> for Case {

@@ -9,6 +9,7 @@
 use super::layout::{Kind, PGraph};
 use super::partition::is_gap;
 use super::{LowerError, LowerOptions};
+use crate::mutants::{is_active, Mutant};
 use crate::xnn::{
     ConstantDataOffset, ConvNode, QuantParams as XQuant, XNode, XNodeKind, XValue, XnnDatatype, XnnGraph,
     FLAG_KEEP_DIMS, INVALID_VALUE_ID, PERM_NCHW_TO_NHWC, PERM_NHWC_TO_NCHW, VALUE_FLAG_EXTERNAL_INPUT,
@@ -93,23 +94,6 @@ fn xdtype(dt: ElemType) -> XnnDatatype {
     }
 }
 
-fn mutant(_m: &str) -> bool {
-    #[cfg(feature = "mutants")]
-    {
-        use crate::mutants::{is_active, Mutant};
-        return match _m {
-            "empty_dims" => is_active(Mutant::EmptyDimsNotExpanded),
-            "negative_dims" => is_active(Mutant::NegativeDimsNotNormalized),
-            "keepdim" => is_active(Mutant::KeepdimIgnored),
-            "nhwc_into_static" => is_active(Mutant::NhwcIntoStaticMean),
-            "gap_as_static" => is_active(Mutant::GapAsStaticMean),
-            _ => false,
-        };
-    }
-    #[allow(unreachable_code)]
-    false
-}
-
 /// Appends the elements of `v` (logical row-major order) to `out` through `enc`: as they
 /// are, or, with `nhwc = Some([n, c, h, w])`, permuted from NCHW to NHWC order (what
 /// `Tensor::to_format(ChannelsLast)` computes, without building the permuted tensor).
@@ -157,7 +141,7 @@ fn append_data(out: &mut Vec<u8>, data: &TensorData, nhwc: Option<[usize; 4]>, w
 impl<'a> Emitter<'a> {
     fn tag_nhwc(&self, i: usize) -> bool {
         let r = self.pg.resolve(i, self.g);
-        self.pg.nodes[r].tag == Some(true) && self.pg.nodes[r].spec.rank() == 4
+        self.pg.nodes[r].tag.is_nhwc() && self.pg.nodes[r].spec.rank() == 4
     }
 
     /// Datatype and quant params of a value: qs8 values, and values feeding an implicit
@@ -329,7 +313,7 @@ impl<'a> Emitter<'a> {
 
     fn copy(&mut self, i: usize) -> Result<(), LowerError> {
         let x = self.pg.nodes[i].inputs[0];
-        let to_nhwc = self.pg.nodes[i].tag == Some(true);
+        let to_nhwc = self.pg.nodes[i].tag.is_nhwc();
         let inp = self.define(x, Role::Plain)?;
         let out = self.define(i, Role::Plain)?;
         let from_nhwc = self.tag_nhwc(x);
@@ -460,7 +444,7 @@ impl<'a> Emitter<'a> {
                     return Err(unsupported(pg, g, i, "XNNPACK does not support mean.dim with dtype"));
                 }
                 let x = n.inputs[0];
-                let gap = is_gap(op, &n.spec) && !mutant("gap_as_static");
+                let gap = is_gap(op, &n.spec) && !is_active(Mutant::GapAsStaticMean);
                 if gap {
                     if !self.tag_nhwc(x) {
                         return Err(layout_error(pg, i, "global average pooling needs an NHWC input"));
@@ -472,9 +456,9 @@ impl<'a> Emitter<'a> {
                     return Ok(());
                 }
                 let rank = pg.nodes[x].spec.rank();
-                let mut axes: Vec<u32> = if mutant("negative_dims") && !dims.is_empty() {
+                let mut axes: Vec<u32> = if is_active(Mutant::NegativeDimsNotNormalized) && !dims.is_empty() {
                     dims.iter().map(|&d| d as u32).collect()
-                } else if mutant("empty_dims") && dims.is_empty() {
+                } else if is_active(Mutant::EmptyDimsNotExpanded) && dims.is_empty() {
                     Vec::new()
                 } else {
                     mean_axes(dims, rank)
@@ -491,7 +475,7 @@ impl<'a> Emitter<'a> {
                     let pos = [0u32, 3, 1, 2];
                     axes = axes.iter().map(|&a| pos.get(a as usize).copied().unwrap_or(a)).collect();
                     axes.sort_unstable();
-                } else if self.tag_nhwc(x) && !mutant("nhwc_into_static") {
+                } else if self.tag_nhwc(x) && !is_active(Mutant::NhwcIntoStaticMean) {
                     return Err(layout_error(
                         pg,
                         i,
@@ -500,7 +484,7 @@ impl<'a> Emitter<'a> {
                 }
                 let out = self.define(i, Role::Plain)?;
                 let inp = self.define(x, Role::Plain)?;
-                let flags = if *keepdim || mutant("keepdim") { FLAG_KEEP_DIMS } else { 0 };
+                let flags = if *keepdim || is_active(Mutant::KeepdimIgnored) { FLAG_KEEP_DIMS } else { 0 };
                 let kind = XNodeKind::StaticMean { reduction_axes: axes, input_id: inp, output_id: out, flags };
                 self.push(i, kind, None);
                 Ok(())

@@ -14,7 +14,7 @@ use super::kernels::{self, Quant, View, ViewMut};
 use super::simd::{self, BinOp, Line};
 use super::RuntimeError;
 use crate::xnn::{
-    QuantParams, XNodeKind, XnnDatatype, XnnGraph, FLAG_KEEP_DIMS, INVALID_VALUE_ID, VALUE_FLAG_EXTERNAL_INPUT,
+    QuantParams, XNode, XNodeKind, XnnDatatype, XnnGraph, FLAG_KEEP_DIMS, INVALID_VALUE_ID, VALUE_FLAG_EXTERNAL_INPUT,
     VALUE_FLAG_EXTERNAL_OUTPUT,
 };
 use half::{bf16, f16};
@@ -266,164 +266,196 @@ impl SegmentPlan {
         n_inputs: usize,
         n_outputs: usize,
     ) -> Result<SegmentPlan, RuntimeError> {
-        let unsupported = |what: String| RuntimeError::Unsupported { segment, what };
-        // id_out -> value index.
-        let mut ids = IdMap::new(g.values.iter().map(|v| v.id_out));
-        let mut values = Vec::with_capacity(g.values.len());
-        let mut input_values = vec![usize::MAX; n_inputs];
-        let mut output_values = vec![usize::MAX; n_outputs];
-        let mut consts = Vec::new();
-        for (vi, v) in g.values.iter().enumerate() {
-            if !ids.insert(v.id_out, vi) {
-                return Err(bad(segment, vi, format!("value id {} defined twice", v.id_out)));
-            }
-            let dt =
-                Dt::of(v.datatype).ok_or_else(|| unsupported(format!("value {vi}: datatype {}", v.datatype.name())))?;
-            if v.dims.len() > 6 {
-                return Err(bad(segment, vi, format!("value of rank {} above 6", v.dims.len())));
-            }
-            let dims: Vec<usize> = v.dims.iter().map(|&d| d as usize).collect();
-            let max_numel = dims
-                .iter()
-                .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .filter(|&n| n <= reference::graph::MAX_NUMEL)
-                .ok_or_else(|| bad(segment, vi, format!("value dims {dims:?} too large")))?;
-            let quant = match &v.quant {
-                None => None,
-                Some(QuantParams::PerTensor { scale, zero_point }) => {
-                    if !(scale.is_finite() && *scale > 0.0) {
-                        return Err(bad(segment, vi, format!("quantization scale {scale}")));
-                    }
-                    Some(Quant { scale: *scale, zero_point: *zero_point })
-                }
-                Some(other) => return Err(unsupported(format!("value {vi}: quantization {other:?}"))),
-            };
-            if dt == Dt::I8 && quant.is_none() && v.datatype == XnnDatatype::Qint8 {
-                return Err(bad(segment, vi, "qint8 value without quantization parameters"));
-            }
-            let ext = v.external_id != INVALID_VALUE_ID;
-            let loc = if ext && v.flags & VALUE_FLAG_EXTERNAL_INPUT != 0 {
-                let k = v.external_id as usize;
-                if k >= n_inputs || input_values[k] != usize::MAX {
-                    return Err(bad(segment, vi, format!("external input id {k} not bound to a segment input")));
-                }
-                input_values[k] = vi;
-                Loc::Input(k)
-            } else if ext && v.flags & VALUE_FLAG_EXTERNAL_OUTPUT != 0 {
-                let k = (v.external_id as usize).checked_sub(n_inputs).filter(|&k| k < n_outputs);
-                let k =
-                    k.ok_or_else(|| bad(segment, vi, format!("external output id {} out of range", v.external_id)))?;
-                if output_values[k] != usize::MAX {
-                    return Err(bad(segment, vi, format!("external output id {} bound twice", v.external_id)));
-                }
-                output_values[k] = vi;
-                Loc::Output(k)
-            } else if v.constant_buffer_idx != 0 {
-                consts.push(decode_constant(segment, vi, g, v.constant_buffer_idx as usize, dt, max_numel)?);
-                Loc::Const(consts.len() - 1)
-            } else {
-                Loc::Unused
-            };
-            values.push(ValuePlan { dt, dims, max_numel, quant, loc });
-        }
-        if let Some(k) = input_values.iter().position(|&v| v == usize::MAX) {
-            return Err(RuntimeError::InvalidProgram(format!("segment {segment}: input {k} has no external value")));
-        }
-        if let Some(k) = output_values.iter().position(|&v| v == usize::MAX) {
-            return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} has no external value")));
-        }
-
-        let id = |node: usize, id: u32| -> Result<usize, RuntimeError> {
-            ids.get(id).ok_or_else(|| bad(segment, node, format!("unknown value id {id}")))
-        };
-        let mut nodes = Vec::with_capacity(g.nodes.len());
-        let mut defined: Vec<bool> = values.iter().map(|v| matches!(v.loc, Loc::Input(_) | Loc::Const(_))).collect();
-        for (ni, n) in g.nodes.iter().enumerate() {
-            let kernel = match &n.kind {
-                XNodeKind::Add { .. } => Kernel::Binary(BinOp::Add),
-                XNodeKind::Subtract { .. } => Kernel::Binary(BinOp::Sub),
-                XNodeKind::Multiply { .. } => Kernel::Binary(BinOp::Mul),
-                XNodeKind::Div { .. } => Kernel::Binary(BinOp::Div),
-                XNodeKind::Square { .. } => Kernel::Unary(Unary::Square),
-                XNodeKind::ReciprocalSquareRoot { .. } => Kernel::Unary(Unary::Rsqrt),
-                // XNNClamp's bounds are the node's output_min/max.
-                XNodeKind::Clamp { .. } | XNodeKind::Copy { .. } => Kernel::Unary(Unary::Copy),
-                XNodeKind::Convert { .. } => Kernel::Convert,
-                XNodeKind::GlobalAvgPooling2d { flags, .. } => Kernel::Gap { keep: flags & FLAG_KEEP_DIMS != 0 },
-                XNodeKind::StaticMean { reduction_axes, flags, .. } => {
-                    let axes: Vec<usize> = reduction_axes.iter().map(|&a| a as usize).collect();
-                    if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
-                        return Err(bad(
-                            segment,
-                            ni,
-                            format!("reduction axes {axes:?} must be sorted, unique, non-empty"),
-                        ));
-                    }
-                    Kernel::Mean { axes, keep: flags & FLAG_KEEP_DIMS != 0 }
-                }
-                XNodeKind::StaticTranspose { perm, .. } => {
-                    Kernel::Transpose { perm: perm.iter().map(|&p| p as usize).collect() }
-                }
-                XNodeKind::StaticReshape { new_shape, .. } => {
-                    Kernel::Reshape { new_shape: new_shape.iter().map(|&p| p as usize).collect() }
-                }
-                XNodeKind::Conv2d(c) | XNodeKind::DepthwiseConv2d(c) => Kernel::Conv(ConvGeom {
-                    padding: [c.padding_top, c.padding_right, c.padding_bottom, c.padding_left].map(|p| p as usize),
-                    kernel: [c.kernel_height as usize, c.kernel_width as usize],
-                    stride: [c.subsampling_height as usize, c.subsampling_width as usize],
-                    dilation: [c.dilation_height as usize, c.dilation_width as usize],
-                    groups: c.groups as usize,
-                    group_in: c.group_input_channels as usize,
-                    group_out: c.group_output_channels as usize,
-                    depthwise: matches!(n.kind, XNodeKind::DepthwiseConv2d(_)),
-                }),
-                XNodeKind::FullyConnected { flags, .. } => {
-                    Kernel::FullyConnected { transpose_weights: flags & FLAG_TRANSPOSE_WEIGHTS != 0 }
-                }
-                other => return Err(RuntimeError::UnsupportedNode { segment, node: ni, node_type: other.type_name() }),
-            };
-            let inputs = n.kind.inputs().iter().map(|&i| id(ni, i)).collect::<Result<Vec<_>, _>>()?;
-            let output = id(ni, n.kind.output().unwrap_or(INVALID_VALUE_ID))?;
-            if let Some(&u) = inputs.iter().find(|&&i| !defined[i]) {
-                return Err(bad(segment, ni, format!("reads value {u} before any node defines it")));
-            }
-            match values[output].loc {
-                Loc::Input(_) | Loc::Const(_) => {
-                    return Err(bad(segment, ni, "writes an external input or a constant"));
-                }
-                _ if defined[output] => return Err(bad(segment, ni, "writes a value defined earlier")),
-                _ => {}
-            }
-            defined[output] = true;
-            let act = n.output_min_max.filter(|(lo, hi)| lo.is_finite() || hi.is_finite());
-            if let Some((lo, hi)) = act {
-                if lo.is_nan() || hi.is_nan() || lo > hi {
-                    return Err(bad(segment, ni, format!("output range [{lo}, {hi}]")));
-                }
-            }
-            check_types(segment, ni, &kernel, &inputs, output, &values)?;
-            let filter = inputs.get(1).map(|&w| values[w].loc);
-            let packed = match (&kernel, filter) {
-                (Kernel::Conv(cg), Some(Loc::Const(k))) if !cg.depthwise && values[output].dt != Dt::I8 => {
-                    let w = consts.get(k).map(|c| kernels::conv::float_cow(c.view()));
-                    // Only a filter of the geometry's size: its loops are then bounded by
-                    // the filter (a damaged geometry is refused when the node runs).
-                    let w = w.and_then(Result::ok).filter(|w| Some(w.len()) == cg.filter_len());
-                    w.map(|w| kernels::conv::pack_filter(cg, &w))
-                }
-                _ => None,
-            };
-            nodes.push(NodePlan { index: ni, kernel, inputs, output, act, packed });
-        }
-        if let Some(k) = output_values.iter().position(|&v| !defined[v]) {
-            return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} is never written")));
-        }
-
+        let ValuePlans { ids, mut values, input_values, output_values, consts } =
+            plan_values(segment, g, n_inputs, n_outputs)?;
+        let nodes = plan_nodes(segment, g, &ids, &values, &consts, &output_values)?;
         let groups = super::fuse::groups(&nodes, &values);
         let block_lines = assign_blocks(&nodes, &groups, &mut values);
         let id = NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(SegmentPlan { segment, values, nodes, groups, consts, input_values, output_values, block_lines, id })
     }
+}
+
+/// The value table of a segment: every value planned, bound to its external slot or constant.
+struct ValuePlans {
+    /// id_out -> value index.
+    ids: IdMap,
+    values: Vec<ValuePlan>,
+    input_values: Vec<usize>,
+    output_values: Vec<usize>,
+    consts: Vec<Owned>,
+}
+
+/// Plans every value: type, dims, quantization, and where it lives (segment input or output,
+/// constant, or intermediate); every segment input and output must have its value.
+fn plan_values(segment: usize, g: &XnnGraph, n_inputs: usize, n_outputs: usize) -> Result<ValuePlans, RuntimeError> {
+    let unsupported = |what: String| RuntimeError::Unsupported { segment, what };
+    let mut ids = IdMap::new(g.values.iter().map(|v| v.id_out));
+    let mut values = Vec::with_capacity(g.values.len());
+    let mut input_values = vec![usize::MAX; n_inputs];
+    let mut output_values = vec![usize::MAX; n_outputs];
+    let mut consts = Vec::new();
+    for (vi, v) in g.values.iter().enumerate() {
+        if !ids.insert(v.id_out, vi) {
+            return Err(bad(segment, vi, format!("value id {} defined twice", v.id_out)));
+        }
+        let dt =
+            Dt::of(v.datatype).ok_or_else(|| unsupported(format!("value {vi}: datatype {}", v.datatype.name())))?;
+        if v.dims.len() > 6 {
+            return Err(bad(segment, vi, format!("value of rank {} above 6", v.dims.len())));
+        }
+        let dims: Vec<usize> = v.dims.iter().map(|&d| d as usize).collect();
+        let max_numel = dims
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|&n| n <= reference::graph::MAX_NUMEL)
+            .ok_or_else(|| bad(segment, vi, format!("value dims {dims:?} too large")))?;
+        let quant = match &v.quant {
+            None => None,
+            Some(QuantParams::PerTensor { scale, zero_point }) => {
+                if !(scale.is_finite() && *scale > 0.0) {
+                    return Err(bad(segment, vi, format!("quantization scale {scale}")));
+                }
+                Some(Quant { scale: *scale, zero_point: *zero_point })
+            }
+            Some(other) => return Err(unsupported(format!("value {vi}: quantization {other:?}"))),
+        };
+        if dt == Dt::I8 && quant.is_none() && v.datatype == XnnDatatype::Qint8 {
+            return Err(bad(segment, vi, "qint8 value without quantization parameters"));
+        }
+        let ext = v.external_id != INVALID_VALUE_ID;
+        let loc = if ext && v.flags & VALUE_FLAG_EXTERNAL_INPUT != 0 {
+            let k = v.external_id as usize;
+            if k >= n_inputs || input_values[k] != usize::MAX {
+                return Err(bad(segment, vi, format!("external input id {k} not bound to a segment input")));
+            }
+            input_values[k] = vi;
+            Loc::Input(k)
+        } else if ext && v.flags & VALUE_FLAG_EXTERNAL_OUTPUT != 0 {
+            let k = (v.external_id as usize).checked_sub(n_inputs).filter(|&k| k < n_outputs);
+            let k = k.ok_or_else(|| bad(segment, vi, format!("external output id {} out of range", v.external_id)))?;
+            if output_values[k] != usize::MAX {
+                return Err(bad(segment, vi, format!("external output id {} bound twice", v.external_id)));
+            }
+            output_values[k] = vi;
+            Loc::Output(k)
+        } else if v.constant_buffer_idx != 0 {
+            consts.push(decode_constant(segment, vi, g, v.constant_buffer_idx as usize, dt, max_numel)?);
+            Loc::Const(consts.len() - 1)
+        } else {
+            Loc::Unused
+        };
+        values.push(ValuePlan { dt, dims, max_numel, quant, loc });
+    }
+    if let Some(k) = input_values.iter().position(|&v| v == usize::MAX) {
+        return Err(RuntimeError::InvalidProgram(format!("segment {segment}: input {k} has no external value")));
+    }
+    if let Some(k) = output_values.iter().position(|&v| v == usize::MAX) {
+        return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} has no external value")));
+    }
+
+    Ok(ValuePlans { ids, values, input_values, output_values, consts })
+}
+
+/// Plans every node in order: its kernel, operands, fused output range and packed filter;
+/// each reads only values defined before it, writes one value once, and every segment
+/// output is written.
+fn plan_nodes(
+    segment: usize,
+    g: &XnnGraph,
+    ids: &IdMap,
+    values: &[ValuePlan],
+    consts: &[Owned],
+    output_values: &[usize],
+) -> Result<Vec<NodePlan>, RuntimeError> {
+    let id = |node: usize, id: u32| -> Result<usize, RuntimeError> {
+        ids.get(id).ok_or_else(|| bad(segment, node, format!("unknown value id {id}")))
+    };
+    let mut nodes = Vec::with_capacity(g.nodes.len());
+    let mut defined: Vec<bool> = values.iter().map(|v| matches!(v.loc, Loc::Input(_) | Loc::Const(_))).collect();
+    for (ni, n) in g.nodes.iter().enumerate() {
+        let kernel = kernel_of(segment, ni, n)?;
+        let inputs = n.kind.inputs().iter().map(|&i| id(ni, i)).collect::<Result<Vec<_>, _>>()?;
+        let output = id(ni, n.kind.output().unwrap_or(INVALID_VALUE_ID))?;
+        if let Some(&u) = inputs.iter().find(|&&i| !defined[i]) {
+            return Err(bad(segment, ni, format!("reads value {u} before any node defines it")));
+        }
+        match values[output].loc {
+            Loc::Input(_) | Loc::Const(_) => {
+                return Err(bad(segment, ni, "writes an external input or a constant"));
+            }
+            _ if defined[output] => return Err(bad(segment, ni, "writes a value defined earlier")),
+            _ => {}
+        }
+        defined[output] = true;
+        let act = n.output_min_max.filter(|(lo, hi)| lo.is_finite() || hi.is_finite());
+        if let Some((lo, hi)) = act {
+            if lo.is_nan() || hi.is_nan() || lo > hi {
+                return Err(bad(segment, ni, format!("output range [{lo}, {hi}]")));
+            }
+        }
+        check_types(segment, ni, &kernel, &inputs, output, values)?;
+        let filter = inputs.get(1).map(|&w| values[w].loc);
+        let packed = match (&kernel, filter) {
+            (Kernel::Conv(cg), Some(Loc::Const(k))) if !cg.depthwise && values[output].dt != Dt::I8 => {
+                let w = consts.get(k).map(|c| kernels::conv::float_cow(c.view()));
+                // Only a filter of the geometry's size: its loops are then bounded by
+                // the filter (a damaged geometry is refused when the node runs).
+                let w = w.and_then(Result::ok).filter(|w| Some(w.len()) == cg.filter_len());
+                w.map(|w| kernels::conv::pack_filter(cg, &w))
+            }
+            _ => None,
+        };
+        nodes.push(NodePlan { index: ni, kernel, inputs, output, act, packed });
+    }
+    if let Some(k) = output_values.iter().position(|&v| !defined[v]) {
+        return Err(RuntimeError::InvalidProgram(format!("segment {segment}: output {k} is never written")));
+    }
+
+    Ok(nodes)
+}
+
+/// The kernel of node `ni`, with its parameters checked (every other node type is refused).
+fn kernel_of(segment: usize, ni: usize, n: &XNode) -> Result<Kernel, RuntimeError> {
+    Ok(match &n.kind {
+        XNodeKind::Add { .. } => Kernel::Binary(BinOp::Add),
+        XNodeKind::Subtract { .. } => Kernel::Binary(BinOp::Sub),
+        XNodeKind::Multiply { .. } => Kernel::Binary(BinOp::Mul),
+        XNodeKind::Div { .. } => Kernel::Binary(BinOp::Div),
+        XNodeKind::Square { .. } => Kernel::Unary(Unary::Square),
+        XNodeKind::ReciprocalSquareRoot { .. } => Kernel::Unary(Unary::Rsqrt),
+        // XNNClamp's bounds are the node's output_min/max.
+        XNodeKind::Clamp { .. } | XNodeKind::Copy { .. } => Kernel::Unary(Unary::Copy),
+        XNodeKind::Convert { .. } => Kernel::Convert,
+        XNodeKind::GlobalAvgPooling2d { flags, .. } => Kernel::Gap { keep: flags & FLAG_KEEP_DIMS != 0 },
+        XNodeKind::StaticMean { reduction_axes, flags, .. } => {
+            let axes: Vec<usize> = reduction_axes.iter().map(|&a| a as usize).collect();
+            if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(bad(segment, ni, format!("reduction axes {axes:?} must be sorted, unique, non-empty")));
+            }
+            Kernel::Mean { axes, keep: flags & FLAG_KEEP_DIMS != 0 }
+        }
+        XNodeKind::StaticTranspose { perm, .. } => {
+            Kernel::Transpose { perm: perm.iter().map(|&p| p as usize).collect() }
+        }
+        XNodeKind::StaticReshape { new_shape, .. } => {
+            Kernel::Reshape { new_shape: new_shape.iter().map(|&p| p as usize).collect() }
+        }
+        XNodeKind::Conv2d(c) | XNodeKind::DepthwiseConv2d(c) => Kernel::Conv(ConvGeom {
+            padding: [c.padding_top, c.padding_right, c.padding_bottom, c.padding_left].map(|p| p as usize),
+            kernel: [c.kernel_height as usize, c.kernel_width as usize],
+            stride: [c.subsampling_height as usize, c.subsampling_width as usize],
+            dilation: [c.dilation_height as usize, c.dilation_width as usize],
+            groups: c.groups as usize,
+            group_in: c.group_input_channels as usize,
+            group_out: c.group_output_channels as usize,
+            depthwise: matches!(n.kind, XNodeKind::DepthwiseConv2d(_)),
+        }),
+        XNodeKind::FullyConnected { flags, .. } => {
+            Kernel::FullyConnected { transpose_weights: flags & FLAG_TRANSPOSE_WEIGHTS != 0 }
+        }
+        other => return Err(RuntimeError::UnsupportedNode { segment, node: ni, node_type: other.type_name() }),
+    })
 }
 
 /// Liveness-based block assignment for intermediates; returns each block's size in lines.

@@ -10,7 +10,7 @@ use super::strides;
 use half::slice::HalfFloatSliceExt;
 use half::vec::HalfFloatVecExt;
 use half::{bf16, f16};
-use reference::graph::{broadcast, mean_axes, normalize_dims, Dim};
+use reference::graph::{broadcast, mean_axes, normalize_dims, Conv2dParams, Dim};
 use reference::{ElemType, MemoryFormat, Op, QuantParams, Tensor, TensorData, TensorSpec};
 use std::borrow::Cow;
 use std::ops::Range;
@@ -187,79 +187,14 @@ fn as_dims(s: &[usize]) -> Vec<Dim> {
 /// Runs one portable op. `out` is the output slot's spec (its dtype, format and quant).
 pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String> {
     let x = ins.first().ok_or("portable op without inputs")?;
-    let want = |n: usize| if ins.len() < n { Err(format!("{} needs {n} inputs", op.name())) } else { Ok(()) };
     let (shape, vals) = match op {
         Op::Input { .. } | Op::Constant { .. } => return Err("inputs and constants are not ops".into()),
         // Output size [1, 1] (validated): the mean over H and W, keepdim.
         Op::AdaptiveAvgPool2d { .. } => {
             return run(&Op::Mean { dims: vec![-1, -2], keepdim: true, dtype: None }, ins, out);
         }
-        Op::Mean { dims, keepdim, dtype } => {
-            let axes = mean_axes(dims, x.rank()).map_err(|e| e.to_string())?;
-            // Read in place: physical data, logical strides (no copy into logical order).
-            let (mut v, st) = (physical_floats(x)?, logical_strides(x));
-            // `dtype=`: the input is cast to it before the reduction (PyTorch's definition).
-            match dtype {
-                Some(ElemType::F16) => v.to_mut().iter_mut().for_each(|e| *e = f16::from_f32(*e).to_f32()),
-                Some(ElemType::Bf16) => v.to_mut().iter_mut().for_each(|e| *e = bf16::from_f32(*e).to_f32()),
-                _ => {}
-            }
-            let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
-            let kshape: Vec<usize> = kept.iter().map(|&d| x.shape[d]).collect();
-            let rshape: Vec<usize> = axes.iter().map(|&d| x.shape[d]).collect();
-            let kst: Vec<usize> = kept.iter().map(|&d| st[d]).collect();
-            let rst: Vec<usize> = axes.iter().map(|&d| st[d]).collect();
-            let nr: usize = rshape.iter().product();
-            let mut red = Vec::with_capacity(nr);
-            walk(&rshape, [&rst], |[o]| red.push(o));
-            let mut res = Vec::with_capacity(kshape.iter().product());
-            // Each output sums its inputs in logical index order, then divides; when those are
-            // consecutive in memory (reduced dims innermost), the sum runs over a plain slice.
-            let consecutive = red.iter().enumerate().all(|(i, &o)| i == o);
-            walk(&kshape, [&kst], |[base]| {
-                let sum = if consecutive {
-                    v[base..base + nr].iter().fold(0f32, |sum, &e| sum + e)
-                } else {
-                    red.iter().fold(0f32, |sum, &o| sum + v[base + o])
-                };
-                res.push(sum / nr as f32)
-            });
-            let mut oshape = Vec::new();
-            for (d, &s) in x.shape.iter().enumerate() {
-                if !axes.contains(&d) {
-                    oshape.push(s);
-                } else if *keepdim {
-                    oshape.push(1);
-                }
-            }
-            (oshape, Vals::F(res.into()))
-        }
-        Op::Binary(b) => {
-            want(2)?;
-            let (a, bb) = (physical_floats(ins[0])?, physical_floats(ins[1])?);
-            let oshape =
-                concrete(&broadcast(&as_dims(&ins[0].shape), &as_dims(&ins[1].shape)).map_err(|e| e.to_string())?);
-            let r = oshape.len();
-            // Each operand's stride per output dim (0 where it broadcasts), into its physical data.
-            let bst = |t: &Tensor| -> Vec<usize> {
-                let (s, st) = (&t.shape, logical_strides(t));
-                (0..r)
-                    .map(|i| if i + s.len() >= r && s[i + s.len() - r] != 1 { st[i + s.len() - r] } else { 0 })
-                    .collect()
-            };
-            let (sa, sb) = (bst(ins[0]), bst(ins[1]));
-            let mut res = Vec::with_capacity(oshape.iter().product());
-            walk(&oshape, [&sa, &sb], |[oa, ob]| {
-                let (p, q) = (a[oa], bb[ob]);
-                res.push(match b {
-                    reference::graph::BinaryOp::Add => p + q,
-                    reference::graph::BinaryOp::Sub => p - q,
-                    reference::graph::BinaryOp::Mul => p * q,
-                    reference::graph::BinaryOp::Div => p / q,
-                })
-            });
-            (oshape, Vals::F(Cow::Owned(res)))
-        }
+        Op::Mean { dims, keepdim, dtype } => mean(x, dims, keepdim, dtype)?,
+        Op::Binary(b) => binary(op, b, ins)?,
         Op::Square => (x.shape.clone(), Vals::F(floats(x)?.iter().map(|v| v * v).collect())),
         Op::Rsqrt => (x.shape.clone(), Vals::F(floats(x)?.iter().map(|v| 1.0 / v.sqrt()).collect())),
         Op::Clamp { min, max } => {
@@ -275,129 +210,8 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
             };
             (x.shape.clone(), Vals::F(floats(x)?.iter().map(|&v| f(v)).collect()))
         }
-        Op::Linear => {
-            want(2)?;
-            let (v, w) = (floats(x)?, floats(ins[1])?);
-            let b = ins.get(2).map(|t| floats(t)).transpose()?;
-            let k = *x.shape.last().ok_or("linear of a 0-D tensor")?;
-            let n = ins[1].shape[0];
-            if ins[1].shape != [n, k] {
-                return Err(format!("linear weight {:?} for in_features {k}", ins[1].shape));
-            }
-            let m = v.len() / k.max(1);
-            let mut res = Vec::with_capacity(m * n);
-            for row in v.chunks_exact(k.max(1)).take(m) {
-                for (c, wrow) in w.chunks_exact(k.max(1)).take(n).enumerate() {
-                    let s = row.iter().zip(wrow).fold(0f32, |s, (&a, &b)| s + a * b);
-                    res.push(s + b.as_ref().map_or(0.0, |b| b[c]));
-                }
-            }
-            let mut oshape = x.shape.clone();
-            *oshape.last_mut().unwrap_or(&mut 0) = n;
-            (oshape, Vals::F(res.into()))
-        }
-        Op::Conv2d(p) => {
-            want(2)?;
-            let (v, w) = (floats(x)?, floats(ins[1])?);
-            let b = ins.get(2).map(|t| floats(t)).transpose()?;
-            let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-            let ws = &ins[1].shape;
-            let (o, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
-            let g = p.groups.max(1);
-            if cg * g != c || o % g != 0 {
-                return Err(format!("conv channels: input {c}, weight {ws:?}, groups {g}"));
-            }
-            let span = |k: usize, i: usize| p.dilation[i] * (k - 1) + 1;
-            let (ph, pw) = (h + 2 * p.padding[0], wd + 2 * p.padding[1]);
-            if ph < span(kh, 0) || pw < span(kw, 1) {
-                return Err("conv kernel larger than the padded input".into());
-            }
-            let oh = (ph - span(kh, 0)) / p.stride[0] + 1;
-            let ow = (pw - span(kw, 1)) / p.stride[1] + 1;
-            let og = o / g;
-            let [sy, sx] = p.stride;
-            // The valid output rows of each ky and columns of each kx (the same for every plane).
-            let rows: Vec<Range<usize>> =
-                (0..kh).map(|ky| valid_outputs(oh, sy, ky * p.dilation[0], p.padding[0], h)).collect();
-            let cols: Vec<Range<usize>> =
-                (0..kw).map(|kx| valid_outputs(ow, sx, kx * p.dilation[1], p.padding[1], wd)).collect();
-            let mut res = vec![0f32; n * o * oh * ow];
-            // Three-wide unit-stride kernel rows (3x3 and the like): the output columns whose
-            // three taps are all inside the input add them in one pass (`lo..hi`); the columns
-            // near the edges take their taps one by one.
-            let three = sx == 1 && kw == 3 && p.dilation[1] == 1;
-            let (lo, hi) =
-                (cols.iter().map(|r| r.start).max().unwrap_or(0), cols.iter().map(|r| r.end).min().unwrap_or(0));
-            let (lo, hi) = if lo < hi { (lo, hi) } else { (ow, ow) };
-            // Output plane by plane, tap by tap: every output still adds its bias, then its taps
-            // in (input channel, ky, kx) order, as a loop per output would; padding taps are
-            // skipped through the valid output range of each tap instead of a test per tap.
-            for (plane_i, plane) in res.chunks_exact_mut((oh * ow).max(1)).enumerate().take(n * o) {
-                let (bi, oc) = (plane_i / o, plane_i % o);
-                let gi = oc / og;
-                plane.fill(b.as_ref().map_or(0.0, |b| b[oc]));
-                for ic in 0..cg {
-                    let ch = gi * cg + ic;
-                    let xin = &v[(bi * c + ch) * h * wd..][..h * wd];
-                    for ky in 0..kh {
-                        let ys = &rows[ky];
-                        let wk = &w[((oc * cg + ic) * kh + ky) * kw..][..kw];
-                        if three {
-                            let (w0, w1, w2) = (wk[0], wk[1], wk[2]);
-                            for y in ys.clone() {
-                                let iy = y * sy + ky * p.dilation[0] - p.padding[0];
-                                let irow = &xin[iy * wd..(iy + 1) * wd];
-                                let orow = &mut plane[y * ow..(y + 1) * ow];
-                                // Edge columns: each inside tap, kx in order.
-                                for x in (0..lo).chain(hi..ow) {
-                                    for (kx, xs) in cols.iter().enumerate() {
-                                        if xs.contains(&x) {
-                                            orow[x] += irow[x + kx - p.padding[1]] * wk[kx];
-                                        }
-                                    }
-                                }
-                                if lo < hi {
-                                    // Column x reads input columns x - pad + 0, 1, 2.
-                                    let (n, ib) = (hi - lo, lo - p.padding[1]);
-                                    let (i0, i1, i2) =
-                                        (&irow[ib..ib + n], &irow[ib + 1..ib + 1 + n], &irow[ib + 2..ib + 2 + n]);
-                                    for (j, o) in orow[lo..hi].iter_mut().enumerate() {
-                                        *o = ((*o + i0[j] * w0) + i1[j] * w1) + i2[j] * w2;
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        for (kx, &wv) in wk.iter().enumerate() {
-                            let xs = &cols[kx];
-                            if xs.is_empty() {
-                                continue;
-                            }
-                            // Input column of output column xs.start (in range by construction).
-                            let ix0 = xs.start * sx + kx * p.dilation[1] - p.padding[1];
-                            let len = xs.len();
-                            for y in ys.clone() {
-                                let iy = y * sy + ky * p.dilation[0] - p.padding[0];
-                                let irow = &xin[iy * wd + ix0..(iy + 1) * wd];
-                                let orow = &mut plane[y * ow + xs.start..][..len];
-                                // Unit stride: a plain zip the compiler can vectorize (each
-                                // output still adds this one tap; the order per output is kept).
-                                if sx == 1 {
-                                    for (o, &xv) in orow.iter_mut().zip(&irow[..len]) {
-                                        *o += xv * wv;
-                                    }
-                                } else {
-                                    for (o, &xv) in orow.iter_mut().zip(irow.iter().step_by(sx)) {
-                                        *o += xv * wv;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            (vec![n, o, oh, ow], Vals::F(res.into()))
-        }
+        Op::Linear => linear(op, x, ins)?,
+        Op::Conv2d(p) => conv2d(op, x, ins, p)?,
         Op::Quantize(q) => {
             let inv = 1.0f32 / q.scale;
             let zp = q.zero_point as f32;
@@ -445,6 +259,215 @@ pub fn run(op: &Op, ins: &[&Tensor], out: &TensorSpec) -> Result<Tensor, String>
     };
     out.check_shape(&shape).map_err(|e| format!("{} produced {shape:?}: {e}", op.name()))?;
     finish(shape, vals, out.dtype, out.format, out.quant)
+}
+
+/// `mean.dim`: reads in place (physical data, logical strides), sums each output's inputs in
+/// logical index order, then divides.
+fn mean<'a>(
+    x: &'a Tensor,
+    dims: &[i64],
+    keepdim: &bool,
+    dtype: &Option<ElemType>,
+) -> Result<(Vec<usize>, Vals<'a>), String> {
+    let axes = mean_axes(dims, x.rank()).map_err(|e| e.to_string())?;
+    // Read in place: physical data, logical strides (no copy into logical order).
+    let (mut v, st) = (physical_floats(x)?, logical_strides(x));
+    // `dtype=`: the input is cast to it before the reduction (PyTorch's definition).
+    match dtype {
+        Some(ElemType::F16) => v.to_mut().iter_mut().for_each(|e| *e = f16::from_f32(*e).to_f32()),
+        Some(ElemType::Bf16) => v.to_mut().iter_mut().for_each(|e| *e = bf16::from_f32(*e).to_f32()),
+        _ => {}
+    }
+    let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
+    let kshape: Vec<usize> = kept.iter().map(|&d| x.shape[d]).collect();
+    let rshape: Vec<usize> = axes.iter().map(|&d| x.shape[d]).collect();
+    let kst: Vec<usize> = kept.iter().map(|&d| st[d]).collect();
+    let rst: Vec<usize> = axes.iter().map(|&d| st[d]).collect();
+    let nr: usize = rshape.iter().product();
+    let mut red = Vec::with_capacity(nr);
+    walk(&rshape, [&rst], |[o]| red.push(o));
+    let mut res = Vec::with_capacity(kshape.iter().product());
+    // Each output sums its inputs in logical index order, then divides; when those are
+    // consecutive in memory (reduced dims innermost), the sum runs over a plain slice.
+    let consecutive = red.iter().enumerate().all(|(i, &o)| i == o);
+    walk(&kshape, [&kst], |[base]| {
+        let sum = if consecutive {
+            v[base..base + nr].iter().fold(0f32, |sum, &e| sum + e)
+        } else {
+            red.iter().fold(0f32, |sum, &o| sum + v[base + o])
+        };
+        res.push(sum / nr as f32)
+    });
+    let mut oshape = Vec::new();
+    for (d, &s) in x.shape.iter().enumerate() {
+        if !axes.contains(&d) {
+            oshape.push(s);
+        } else if *keepdim {
+            oshape.push(1);
+        }
+    }
+    Ok((oshape, Vals::F(res.into())))
+}
+
+/// A broadcasting binary op over the operands' physical data.
+fn binary(op: &Op, b: &reference::graph::BinaryOp, ins: &[&Tensor]) -> Result<(Vec<usize>, Vals<'static>), String> {
+    want(op, ins, 2)?;
+    let (a, bb) = (physical_floats(ins[0])?, physical_floats(ins[1])?);
+    let oshape = concrete(&broadcast(&as_dims(&ins[0].shape), &as_dims(&ins[1].shape)).map_err(|e| e.to_string())?);
+    let r = oshape.len();
+    // Each operand's stride per output dim (0 where it broadcasts), into its physical data.
+    let bst = |t: &Tensor| -> Vec<usize> {
+        let (s, st) = (&t.shape, logical_strides(t));
+        (0..r).map(|i| if i + s.len() >= r && s[i + s.len() - r] != 1 { st[i + s.len() - r] } else { 0 }).collect()
+    };
+    let (sa, sb) = (bst(ins[0]), bst(ins[1]));
+    let mut res = Vec::with_capacity(oshape.iter().product());
+    walk(&oshape, [&sa, &sb], |[oa, ob]| {
+        let (p, q) = (a[oa], bb[ob]);
+        res.push(match b {
+            reference::graph::BinaryOp::Add => p + q,
+            reference::graph::BinaryOp::Sub => p - q,
+            reference::graph::BinaryOp::Mul => p * q,
+            reference::graph::BinaryOp::Div => p / q,
+        })
+    });
+    Ok((oshape, Vals::F(Cow::Owned(res))))
+}
+
+/// `linear`: `x @ w^T + b`, a row at a time.
+fn linear(op: &Op, x: &Tensor, ins: &[&Tensor]) -> Result<(Vec<usize>, Vals<'static>), String> {
+    want(op, ins, 2)?;
+    let (v, w) = (floats(x)?, floats(ins[1])?);
+    let b = ins.get(2).map(|t| floats(t)).transpose()?;
+    let k = *x.shape.last().ok_or("linear of a 0-D tensor")?;
+    let n = ins[1].shape[0];
+    if ins[1].shape != [n, k] {
+        return Err(format!("linear weight {:?} for in_features {k}", ins[1].shape));
+    }
+    let m = v.len() / k.max(1);
+    let mut res = Vec::with_capacity(m * n);
+    for row in v.chunks_exact(k.max(1)).take(m) {
+        for (c, wrow) in w.chunks_exact(k.max(1)).take(n).enumerate() {
+            let s = row.iter().zip(wrow).fold(0f32, |s, (&a, &b)| s + a * b);
+            res.push(s + b.as_ref().map_or(0.0, |b| b[c]));
+        }
+    }
+    let mut oshape = x.shape.clone();
+    *oshape.last_mut().unwrap_or(&mut 0) = n;
+    Ok((oshape, Vals::F(res.into())))
+}
+
+/// `conv2d`, output plane by plane and tap by tap (padding taps skipped through each tap's
+/// valid output range).
+fn conv2d(op: &Op, x: &Tensor, ins: &[&Tensor], p: &Conv2dParams) -> Result<(Vec<usize>, Vals<'static>), String> {
+    want(op, ins, 2)?;
+    let (v, w) = (floats(x)?, floats(ins[1])?);
+    let b = ins.get(2).map(|t| floats(t)).transpose()?;
+    let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let ws = &ins[1].shape;
+    let (o, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let g = p.groups.max(1);
+    if cg * g != c || o % g != 0 {
+        return Err(format!("conv channels: input {c}, weight {ws:?}, groups {g}"));
+    }
+    let span = |k: usize, i: usize| p.dilation[i] * (k - 1) + 1;
+    let (ph, pw) = (h + 2 * p.padding[0], wd + 2 * p.padding[1]);
+    if ph < span(kh, 0) || pw < span(kw, 1) {
+        return Err("conv kernel larger than the padded input".into());
+    }
+    let oh = (ph - span(kh, 0)) / p.stride[0] + 1;
+    let ow = (pw - span(kw, 1)) / p.stride[1] + 1;
+    let og = o / g;
+    let [sy, sx] = p.stride;
+    // The valid output rows of each ky and columns of each kx (the same for every plane).
+    let rows: Vec<Range<usize>> =
+        (0..kh).map(|ky| valid_outputs(oh, sy, ky * p.dilation[0], p.padding[0], h)).collect();
+    let cols: Vec<Range<usize>> =
+        (0..kw).map(|kx| valid_outputs(ow, sx, kx * p.dilation[1], p.padding[1], wd)).collect();
+    let mut res = vec![0f32; n * o * oh * ow];
+    // Three-wide unit-stride kernel rows (3x3 and the like): the output columns whose
+    // three taps are all inside the input add them in one pass (`lo..hi`); the columns
+    // near the edges take their taps one by one.
+    let three = sx == 1 && kw == 3 && p.dilation[1] == 1;
+    let (lo, hi) = (cols.iter().map(|r| r.start).max().unwrap_or(0), cols.iter().map(|r| r.end).min().unwrap_or(0));
+    let (lo, hi) = if lo < hi { (lo, hi) } else { (ow, ow) };
+    // Output plane by plane, tap by tap: every output still adds its bias, then its taps
+    // in (input channel, ky, kx) order, as a loop per output would; padding taps are
+    // skipped through the valid output range of each tap instead of a test per tap.
+    for (plane_i, plane) in res.chunks_exact_mut((oh * ow).max(1)).enumerate().take(n * o) {
+        let (bi, oc) = (plane_i / o, plane_i % o);
+        let gi = oc / og;
+        plane.fill(b.as_ref().map_or(0.0, |b| b[oc]));
+        for ic in 0..cg {
+            let ch = gi * cg + ic;
+            let xin = &v[(bi * c + ch) * h * wd..][..h * wd];
+            for ky in 0..kh {
+                let ys = &rows[ky];
+                let wk = &w[((oc * cg + ic) * kh + ky) * kw..][..kw];
+                if three {
+                    let (w0, w1, w2) = (wk[0], wk[1], wk[2]);
+                    for y in ys.clone() {
+                        let iy = y * sy + ky * p.dilation[0] - p.padding[0];
+                        let irow = &xin[iy * wd..(iy + 1) * wd];
+                        let orow = &mut plane[y * ow..(y + 1) * ow];
+                        // Edge columns: each inside tap, kx in order.
+                        for x in (0..lo).chain(hi..ow) {
+                            for (kx, xs) in cols.iter().enumerate() {
+                                if xs.contains(&x) {
+                                    orow[x] += irow[x + kx - p.padding[1]] * wk[kx];
+                                }
+                            }
+                        }
+                        if lo < hi {
+                            // Column x reads input columns x - pad + 0, 1, 2.
+                            let (n, ib) = (hi - lo, lo - p.padding[1]);
+                            let (i0, i1, i2) =
+                                (&irow[ib..ib + n], &irow[ib + 1..ib + 1 + n], &irow[ib + 2..ib + 2 + n]);
+                            for (j, o) in orow[lo..hi].iter_mut().enumerate() {
+                                *o = ((*o + i0[j] * w0) + i1[j] * w1) + i2[j] * w2;
+                            }
+                        }
+                    }
+                    continue;
+                }
+                for (kx, &wv) in wk.iter().enumerate() {
+                    let xs = &cols[kx];
+                    if xs.is_empty() {
+                        continue;
+                    }
+                    // Input column of output column xs.start (in range by construction).
+                    let ix0 = xs.start * sx + kx * p.dilation[1] - p.padding[1];
+                    let len = xs.len();
+                    for y in ys.clone() {
+                        let iy = y * sy + ky * p.dilation[0] - p.padding[0];
+                        let irow = &xin[iy * wd + ix0..(iy + 1) * wd];
+                        let orow = &mut plane[y * ow + xs.start..][..len];
+                        // Unit stride: a plain zip the compiler can vectorize (each
+                        // output still adds this one tap; the order per output is kept).
+                        if sx == 1 {
+                            for (o, &xv) in orow.iter_mut().zip(&irow[..len]) {
+                                *o += xv * wv;
+                            }
+                        } else {
+                            for (o, &xv) in orow.iter_mut().zip(irow.iter().step_by(sx)) {
+                                *o += xv * wv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((vec![n, o, oh, ow], Vals::F(res.into())))
+}
+
+/// An op's input count check.
+fn want(op: &Op, ins: &[&Tensor], n: usize) -> Result<(), String> {
+    if ins.len() < n {
+        Err(format!("{} needs {n} inputs", op.name()))
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

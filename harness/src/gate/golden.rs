@@ -1,24 +1,13 @@
-//! `harness gate`: regression gates on delegate, node and transpose counts and payload bytes.
-//!
-//! Two jobs:
-//! - **Golden table** (default): every program of [`crate::programs`] is lowered in the three
-//!   modes; delegates, ops left outside, node counts by type (read back from the serialized
-//!   payloads, cross-checked with the lowering's summary), transposes, converts, payload sizes
-//!   and sha256 are compared with `corpora/gates/golden.json`. Any change is a readable diff
-//!   naming pattern, mode, count, old and new; a hash change also shows the decoded-graph diff
-//!   against the graph stored in `corpora/gates/graphs.jsonl`. `--bless` rewrites both.
-//! - **`.pte` limits** (`harness gate FILE.pte --max XNNStaticTranspose=2 --forbid
-//!   XNNGlobalAvgPooling2d`, or `--limits FILE.json`): gates a real ExecuTorch program's
-//!   XNNPACK payloads.
-//!
-//! Node type names, wherever they come from (golden file, limits, command line), must be
-//! members of the schema's `XNodeUnion` (B6: a misspelled name must not count as zero).
+//! The golden-table gate: every program of [`crate::programs`] lowered in the three modes,
+//! its counts, payload sizes and hashes compared with `corpora/gates/golden.json`.
 
+use super::names::check_node_name;
+use super::GateArgs;
 use crate::engine::payload::{self as serialize, LoadLimits};
 use crate::programs::{self, Family, NamedProgram};
 use anyhow::{bail, Context};
 use delegate::program::Step;
-use delegate::xnn::{node_type_id, XnnGraph, NODE_TYPE_NAMES};
+use delegate::xnn::{XnnGraph, NODE_TYPE_NAMES};
 use delegate::LoweringMode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -26,37 +15,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Command-line arguments of `harness gate`.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct GateArgs {
-    /// An ExecuTorch `.pte` file to gate against limits (instead of the golden table).
-    pub pte: Option<PathBuf>,
-    /// Rewrite the golden table (and stored graphs) from the current lowering.
-    #[arg(long)]
-    pub bless: bool,
-    /// The golden table (default: corpora/gates/golden.json of this checkout).
-    #[arg(long)]
-    pub golden: Option<PathBuf>,
-    /// Only programs whose name contains one of these substrings (no bless allowed then).
-    #[arg(long)]
-    pub only: Vec<String>,
-    /// `.pte` mode: at most N nodes of a type, as `NODE=N` (repeatable).
-    #[arg(long = "max", value_name = "NODE=N")]
-    pub max: Vec<String>,
-    /// `.pte` mode: at least N nodes of a type, as `NODE=N` (repeatable).
-    #[arg(long = "min", value_name = "NODE=N")]
-    pub min: Vec<String>,
-    /// `.pte` mode: no node of this type (repeatable).
-    #[arg(long, value_name = "NODE")]
-    pub forbid: Vec<String>,
-    /// `.pte` mode: at most this many XNNPACK delegates.
-    #[arg(long)]
-    pub max_delegates: Option<usize>,
-    /// `.pte` mode: limits in a JSON file: {"max": {NODE: N}, "min": {..}, "forbid": [..], "max_delegates": N}.
-    #[arg(long, value_name = "FILE")]
-    pub limits: Option<PathBuf>,
-}
 
 /// Format version of the golden file.
 pub const GOLDEN_VERSION: u32 = 1;
@@ -148,37 +106,6 @@ fn hex(bytes: &[u8]) -> String {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
-}
-
-/// Checks that a node type name is a schema union member (B6).
-pub fn check_node_name(name: &str) -> anyhow::Result<()> {
-    if node_type_id(name).is_none() {
-        let close: Vec<&str> = NODE_TYPE_NAMES
-            .iter()
-            .copied()
-            .filter(|n| n.to_lowercase().contains(&name.to_lowercase().replace("xnn", "")) || similar(n, name))
-            .collect();
-        let hint = if close.is_empty() { String::new() } else { format!(" (did you mean {}?)", close.join(", ")) };
-        bail!("unknown XNNPACK node type name {name:?}: not a member of XNodeUnion{hint}");
-    }
-    Ok(())
-}
-
-/// Edit distance at most 2 (cheap enough for 48 names).
-fn similar(a: &str, b: &str) -> bool {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    if a.len().abs_diff(b.len()) > 2 {
-        return false;
-    }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()] <= 2
 }
 
 impl Golden {
@@ -623,143 +550,8 @@ pub fn bless(path: &Path, c: &Computed) -> anyhow::Result<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------------------------------
-// `.pte` limits
-
-/// Limits on a real program's XNNPACK payloads, summed over its delegates.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    #[serde(default)]
-    pub max: BTreeMap<String, usize>,
-    #[serde(default)]
-    pub min: BTreeMap<String, usize>,
-    #[serde(default)]
-    pub forbid: Vec<String>,
-    #[serde(default)]
-    pub max_delegates: Option<usize>,
-}
-
-fn parse_pair(s: &str) -> anyhow::Result<(String, usize)> {
-    let (name, n) = s.split_once('=').with_context(|| format!("{s:?}: expected NODE=N, e.g. XNNStaticTranspose=2"))?;
-    let n: usize = n.trim().parse().with_context(|| format!("{s:?}: {n:?} is not a count"))?;
-    Ok((name.trim().to_string(), n))
-}
-
-impl Limits {
-    /// Merges a limits file and command-line flags, then checks every name.
-    pub fn from_args(args: &GateArgs) -> anyhow::Result<Limits> {
-        let mut l = match &args.limits {
-            Some(p) => {
-                let text =
-                    std::fs::read_to_string(p).with_context(|| format!("reading limits file {}", p.display()))?;
-                serde_json::from_str(&text).with_context(|| format!("limits file {} is not valid", p.display()))?
-            }
-            None => Limits::default(),
-        };
-        for s in &args.max {
-            let (k, v) = parse_pair(s)?;
-            l.max.insert(k, v);
-        }
-        for s in &args.min {
-            let (k, v) = parse_pair(s)?;
-            l.min.insert(k, v);
-        }
-        l.forbid.extend(args.forbid.iter().cloned());
-        if args.max_delegates.is_some() {
-            l.max_delegates = args.max_delegates;
-        }
-        l.validate()?;
-        Ok(l)
-    }
-
-    pub fn validate(&self) -> anyhow::Result<()> {
-        for name in self.max.keys().chain(self.min.keys()).chain(&self.forbid) {
-            check_node_name(name)?;
-        }
-        Ok(())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.max.is_empty() && self.min.is_empty() && self.forbid.is_empty() && self.max_delegates.is_none()
-    }
-
-    /// Violations for a program with `delegates` payloads and summed node `counts`.
-    pub fn violations(&self, delegates: usize, counts: &BTreeMap<String, usize>) -> Vec<String> {
-        let get = |n: &str| counts.get(n).copied().unwrap_or(0);
-        let mut v = Vec::new();
-        for (n, &lim) in &self.max {
-            if get(n) > lim {
-                v.push(format!("{n}: {} > at most {lim}", get(n)));
-            }
-        }
-        for (n, &lim) in &self.min {
-            if get(n) < lim {
-                v.push(format!("{n}: {} < at least {lim}", get(n)));
-            }
-        }
-        for n in &self.forbid {
-            if get(n) > 0 {
-                v.push(format!("{n}: {} present, forbidden", get(n)));
-            }
-        }
-        if let Some(m) = self.max_delegates {
-            if delegates > m {
-                v.push(format!("delegates: {delegates} > at most {m}"));
-            }
-        }
-        v
-    }
-}
-
-/// The XNNPACK payloads of a `.pte` file, in segment order.
-pub fn pte_payloads(bytes: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
-    let payloads = serialize::pte::xnnpack_payloads(bytes).context("reading the .pte file")?;
-    Ok(payloads.into_iter().map(|p| p.to_vec()).collect())
-}
-
-/// Gates one `.pte`: returns the report and whether it passed.
-pub fn gate_pte(bytes: &[u8], limits: &Limits) -> anyhow::Result<(bool, String)> {
-    let program = delegate::serialize::pte::parse(bytes).context("reading the .pte file")?;
-    let payloads: Vec<&[u8]> = program.xnnpack().map(|d| d.bytes).collect();
-    let mut out = String::new();
-    if !program.operators.is_empty() {
-        // What stays outside the delegates (a mean the partitioner refused, for one).
-        let _ = writeln!(out, "operators outside delegates: {}", program.operators.join(", "));
-    }
-    let mut total: BTreeMap<String, usize> = BTreeMap::new();
-    for (k, p) in payloads.iter().enumerate() {
-        let g = serialize::load(p, &LoadLimits::lenient())
-            .with_context(|| format!("delegate {k}: payload does not load"))?;
-        let counts = serialize::node_counts(&g);
-        let _ = writeln!(out, "delegate {k}: {} bytes, {} nodes {:?}", p.len(), g.nodes.len(), counts);
-        for (n, c) in counts {
-            *total.entry(n).or_insert(0) += c;
-        }
-    }
-    let _ = writeln!(out, "total: {} delegates, {:?}", payloads.len(), total);
-    let v = limits.violations(payloads.len(), &total);
-    for x in &v {
-        let _ = writeln!(out, "  VIOLATION {x}");
-    }
-    let _ = writeln!(out, "{}", if v.is_empty() { "gate: within limits" } else { "gate: limits exceeded" });
-    Ok((v.is_empty(), out))
-}
-
-pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
-    if let Some(pte) = &args.pte {
-        if args.bless {
-            bail!("--bless applies to the golden table, not to a .pte file");
-        }
-        let limits = Limits::from_args(&args)?;
-        if limits.is_empty() {
-            bail!("no limits given: use --max NODE=N, --min NODE=N, --forbid NODE, --max-delegates N or --limits FILE");
-        }
-        let bytes = std::fs::read(pte).with_context(|| format!("reading {}", pte.display()))?;
-        let (ok, report) = gate_pte(&bytes, &limits)?;
-        print!("{report}");
-        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
-    }
+/// `harness gate` without a `.pte` file: check (or `--bless`) the golden table.
+pub(super) fn run(args: &GateArgs) -> anyhow::Result<ExitCode> {
     if !(args.max.is_empty()
         && args.min.is_empty()
         && args.forbid.is_empty()
@@ -796,35 +588,6 @@ pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn misspelled_names_are_rejected_with_a_hint() {
-        assert!(check_node_name("XNNStaticTranspose").is_ok());
-        let e = check_node_name("XNNStaticTranpose").unwrap_err().to_string();
-        assert!(e.contains("XNNStaticTranpose") && e.contains("did you mean XNNStaticTranspose"), "{e}");
-        assert!(check_node_name("").is_err());
-    }
-
-    #[test]
-    fn limits_parse_and_judge() {
-        let args = GateArgs {
-            max: vec!["XNNStaticTranspose=2".into()],
-            forbid: vec!["XNNGlobalAvgPooling2d".into()],
-            ..Default::default()
-        };
-        let l = Limits::from_args(&args).unwrap();
-        let mut c = BTreeMap::new();
-        c.insert("XNNStaticTranspose".to_string(), 2);
-        assert!(l.violations(1, &c).is_empty());
-        c.insert("XNNStaticTranspose".to_string(), 3);
-        c.insert("XNNGlobalAvgPooling2d".to_string(), 1);
-        let v = l.violations(1, &c);
-        assert_eq!(v.len(), 2, "{v:?}");
-        let bad = GateArgs { max: vec!["XNNTranspose=1".into()], ..Default::default() };
-        assert!(Limits::from_args(&bad).is_err());
-        let bad = GateArgs { max: vec!["XNNStaticTranspose".into()], ..Default::default() };
-        assert!(Limits::from_args(&bad).is_err());
-    }
 
     #[test]
     fn diff_names_pattern_mode_field_old_new() {
