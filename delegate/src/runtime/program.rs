@@ -129,8 +129,15 @@ struct Loaded {
 pub trait SegmentExecutor {
     /// Runs segment `segment` (an index into [`Program::loaded_graphs`]) on `inputs`, bound
     /// (typed data, physical dims) exactly as the runtime's own plan would get them; returns
-    /// the outputs in segment output order.
-    fn run_segment(&mut self, segment: usize, inputs: &[BoundInput]) -> Result<Vec<SegmentOutput>, RuntimeError>;
+    /// the outputs in segment output order. `reuse` holds the last run's output buffers of the
+    /// segment (in output order; empty on a first run): an executor may fill and return them
+    /// instead of allocating (no page faults per run on large outputs).
+    fn run_segment(
+        &mut self,
+        segment: usize,
+        inputs: &[BoundInput],
+        reuse: &mut Vec<Owned>,
+    ) -> Result<Vec<SegmentOutput>, RuntimeError>;
 }
 
 /// An executable program. `run` takes `&self`; concurrent calls are serialized.
@@ -547,7 +554,7 @@ impl Program {
                             let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
                             bound.push(BoundInput { view: view_of(t), dims: dims[k].clone() });
                         }
-                        let produced = e.run_segment(seg_i, &bound)?;
+                        let produced = e.run_segment(seg_i, &bound, bufs)?;
                         drop(bound);
                         if produced.len() != outs.len() {
                             return Err(RuntimeError::InvalidProgram(format!(
