@@ -48,6 +48,46 @@ pub struct BenchArgs {
 pub enum BenchCmd {
     /// Validate a sweep's CSVs and compare them with a baseline (non-zero exit on a move).
     Check(check::CheckArgs),
+    /// Rewrite the summary and plots from a sweep's CSVs (after new ExecuTorch timings).
+    Summary(SummaryArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SummaryArgs {
+    /// Directory holding the sweep's bench-t<N>.csv (the outputs go there too).
+    #[arg(long, default_value = "reports")]
+    pub dir: PathBuf,
+    /// The sweep's wall time in seconds, as it printed it (not in the CSVs).
+    #[arg(long)]
+    pub wall: f64,
+    /// The load averages the sweep's summary gave (not in the CSVs).
+    #[arg(long, default_value = "not recorded")]
+    pub loadavg: String,
+}
+
+/// `bench summary`: the summary and plots of the CSVs in a directory.
+fn resummarize(a: SummaryArgs) -> anyhow::Result<ExitCode> {
+    let mut rows = Vec::new();
+    for p in check::csv_files(&a.dir)?.values() {
+        rows.extend(report::read_csv(p)?);
+    }
+    let Some(first) = rows.first() else { bail!("no sweep rows in {}", a.dir.display()) };
+    let info = MachineInfo {
+        commit: first.commit.clone(),
+        cpu: first.cpu.clone(),
+        simd: first.simd.clone(),
+        cores: first.cores,
+        date: first.date.clone(),
+        loadavg: a.loadavg.clone(),
+    };
+    let xnnpack_skipped =
+        (!rows.iter().any(|r| r.engine == "xnnpack")).then(|| "no XNNPACK rows in the sweep's CSVs".to_string());
+    let sw = Sweep { rows, xnnpack_skipped };
+    let wall = Duration::from_secs_f64(a.wall.max(0.0));
+    for w in report::write_all(&a.dir, &sw, &info, wall, false)? {
+        println!("wrote {}", w.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -442,8 +482,10 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Sweep> {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if let Some(BenchCmd::Check(c)) = args.cmd {
-        return check::run(c);
+    match args.cmd {
+        Some(BenchCmd::Check(c)) => return check::run(c),
+        Some(BenchCmd::Summary(a)) => return resummarize(a),
+        None => {}
     }
     let a = args.sweep;
     let mut info = MachineInfo::collect();
