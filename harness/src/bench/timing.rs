@@ -43,7 +43,7 @@ pub struct RowBudget {
 
 /// One program of a row group, built and bound to its inputs.
 enum Timed<'a> {
-    Ours(engine::BoundProgram<'a>),
+    Ours(Box<engine::BoundProgram<'a>>),
     Xnnpack(engine::BoundXnnpack<'a>),
 }
 
@@ -196,7 +196,7 @@ pub fn time_group(
             _ => (&prep.inputs, &prep.reference),
         };
         let bound = match (o, x) {
-            (Some(o), _) => o.bind(inputs.clone()).map(Timed::Ours),
+            (Some(o), _) => o.bind(inputs.clone()).map(|b| Timed::Ours(Box::new(b))),
             (_, Some(x)) => x.bind(inputs.clone()).map(Timed::Xnnpack),
             _ => {
                 timed.push(None);
