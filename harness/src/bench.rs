@@ -1,18 +1,26 @@
 //! `harness bench`: before/after latency sweeps per thread count, CSV reports, a summary,
 //! SVG plots, and `harness bench check`, a latency gate against a committed baseline.
 //!
-//! Method (issue 8): for each scenario of [`crate::programs`] and each thread count, the four
-//! programs being compared (`Main` before, `StaticMean` after with both thread policies,
-//! `NhwcAware`) are built on the same inputs and run alternately, one run each per round with
-//! the starting program rotating, after a reference check and a warm-up. Each round gives one
-//! paired ratio per program against `Main`; the reported ratio is their median with a
+//! Method (issues 8, 18, 22): for each scenario of [`crate::programs`] and each thread count,
+//! the four programs being compared (`Main` before, `StaticMean` after with both thread
+//! policies, `NhwcAware`) on our runtime, the three modes on real XNNPACK (same payloads, a
+//! pthreadpool of the same size) and, at 1 thread, the before's mean alone are built on the
+//! same inputs, bound to them once (our `Program::bind`, XNNPACK's setup) and invoked
+//! alternately, one run each per round with the starting program rotating, after a reference
+//! check and a warm-up. Each round gives paired ratios against the engine's own `Main` and of
+//! ours against XNNPACK in the same mode; the reported ratio is their median with a
 //! distribution-free 95% interval ([`stats::paired_ratio`]), "within noise" when it holds 1.
 //! Rows stop at `--max-runs` rounds or when their share of the time budget is spent (never
 //! below `--min-rounds`), so the default sweep fits its budget on a 2-core machine.
 
 pub mod check;
+pub mod plot;
 pub mod report;
 pub mod stats;
+pub mod timing;
+pub mod versus;
+
+pub use timing::{time_group, RowBudget, XNNPACK_MODES};
 
 use crate::engine::{self, Config, Engine, Instance, Simd, Subject};
 use crate::programs::{self, NamedProgram};
@@ -40,6 +48,46 @@ pub struct BenchArgs {
 pub enum BenchCmd {
     /// Validate a sweep's CSVs and compare them with a baseline (non-zero exit on a move).
     Check(check::CheckArgs),
+    /// Rewrite the summary and plots from a sweep's CSVs (after new ExecuTorch timings).
+    Summary(SummaryArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SummaryArgs {
+    /// Directory holding the sweep's bench-t<N>.csv (the outputs go there too).
+    #[arg(long, default_value = "reports")]
+    pub dir: PathBuf,
+    /// The sweep's wall time in seconds, as it printed it (not in the CSVs).
+    #[arg(long)]
+    pub wall: f64,
+    /// The load averages the sweep's summary gave (not in the CSVs).
+    #[arg(long, default_value = "not recorded")]
+    pub loadavg: String,
+}
+
+/// `bench summary`: the summary and plots of the CSVs in a directory.
+fn resummarize(a: SummaryArgs) -> anyhow::Result<ExitCode> {
+    let mut rows = Vec::new();
+    for p in check::csv_files(&a.dir)?.values() {
+        rows.extend(report::read_csv(p)?);
+    }
+    let Some(first) = rows.first() else { bail!("no sweep rows in {}", a.dir.display()) };
+    let info = MachineInfo {
+        commit: first.commit.clone(),
+        cpu: first.cpu.clone(),
+        simd: first.simd.clone(),
+        cores: first.cores,
+        date: first.date.clone(),
+        loadavg: a.loadavg.clone(),
+    };
+    let xnnpack_skipped =
+        (!rows.iter().any(|r| r.engine == "xnnpack")).then(|| "no XNNPACK rows in the sweep's CSVs".to_string());
+    let sw = Sweep { rows, xnnpack_skipped };
+    let wall = Duration::from_secs_f64(a.wall.max(0.0));
+    for w in report::write_all(&a.dir, &sw, &info, wall, false)? {
+        println!("wrote {}", w.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -122,7 +170,12 @@ pub struct Row {
     pub scenario: String,
     pub shape: String,
     pub dtype: String,
+    /// `ours` or `xnnpack` (real XNNPACK on the same payloads; CSVs older than it: `ours`).
+    #[serde(default = "ours")]
+    pub engine: String,
     pub mode: String,
+    /// Our runtime's thread policy; `pthreadpool` on XNNPACK rows; `portable` on the
+    /// `portable_mean` rows (the before's mean alone, on our portable kernel).
     pub policy: String,
     pub threads: usize,
     pub median_ns: Option<f64>,
@@ -143,7 +196,20 @@ pub struct Row {
     pub vs_static_mean_low: Option<f64>,
     #[serde(default)]
     pub vs_static_mean_high: Option<f64>,
-    /// `ok`, or why the outputs were not accepted (then no timing).
+    /// Ours rows: paired ratio ours / real XNNPACK in the same mode (same rounds) and its
+    /// interval.
+    #[serde(default)]
+    pub vs_xnnpack: Option<f64>,
+    #[serde(default)]
+    pub vs_xnnpack_low: Option<f64>,
+    #[serde(default)]
+    pub vs_xnnpack_high: Option<f64>,
+    /// What one timed run is: `bound` (ours: [`engine::Prepared::bind`] then invoke),
+    /// `xnn_invoke` or `xnn_program` ([`engine::XnnpackTiming`]).
+    #[serde(default)]
+    pub timed: String,
+    /// `ok`, or why the outputs were not accepted (then no timing); `skipped: ...` when real
+    /// XNNPACK refused the program (not a failure of ours).
     pub check: String,
     pub delegates: usize,
     pub transposes: usize,
@@ -151,8 +217,22 @@ pub struct Row {
     pub program: String,
     pub commit: String,
     pub cpu: String,
+    /// The instruction set our kernels take (`avx512`, `avx2`, `scalar`).
+    #[serde(default)]
+    pub simd: String,
     pub cores: usize,
     pub date: String,
+}
+
+fn ours() -> String {
+    "ours".into()
+}
+
+impl Row {
+    /// A row whose program did not run for a reason that is not ours (XNNPACK refused it).
+    pub fn skipped(&self) -> bool {
+        self.check.starts_with("skipped")
+    }
 }
 
 /// Facts about the machine and checkout recorded in every row.
@@ -160,6 +240,8 @@ pub struct Row {
 pub struct MachineInfo {
     pub commit: String,
     pub cpu: String,
+    /// Our kernels' instruction set ([`engine::simd_level`]).
+    pub simd: String,
     pub cores: usize,
     pub date: String,
     pub loadavg: String,
@@ -189,7 +271,7 @@ impl MachineInfo {
         if git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()) {
             commit.push_str("-dirty");
         }
-        MachineInfo { commit, cpu, cores, date: utc_now(), loadavg: loadavg() }
+        MachineInfo { commit, cpu, simd: engine::simd_level().into(), cores, date: utc_now(), loadavg: loadavg() }
     }
 }
 
@@ -256,210 +338,70 @@ pub fn compare_outputs(got: &[Tensor], want: &[Tensor], dtype: ElemType) -> Resu
     Ok(())
 }
 
-/// Everything prepared once per scenario: inputs, reference outputs, the three lowerings.
+/// Everything prepared once per scenario: inputs, reference outputs, the three lowerings, and
+/// the before's mean alone.
 pub struct Prepared {
     pub program: NamedProgram,
     pub graph: Graph,
     pub inputs: Vec<Tensor>,
     pub reference: Result<Vec<Tensor>, String>,
     pub lowered: Vec<(LoweringMode, Result<LoweredProgram, String>)>,
+    /// The scenario's first mean as a program of its own, lowered in `Main` (where it is a
+    /// portable op), with its inputs and reference outputs: what the before pays for the mean,
+    /// compared with ExecuTorch's portable `mean.out` (scripts/time-executorch-portable.py).
+    pub mean_alone: Option<Alone>,
+}
+
+/// A one-op program (see [`Prepared::mean_alone`]).
+pub struct Alone {
+    pub graph: Graph,
+    pub inputs: Vec<Tensor>,
+    pub reference: Result<Vec<Tensor>, String>,
+    pub lowered: Result<LoweredProgram, String>,
 }
 
 pub fn prepare(p: &NamedProgram, seed: u64) -> anyhow::Result<Prepared> {
     let graph = p.graph().with_context(|| format!("program {} does not build", p.name))?;
-    // Uniform data: representative timings, no NaN from rsqrt, qs8 inputs in range.
-    let opts = DataOptions { specials: false, distribution: Some(Distribution::Uniform) };
-    let inputs = engine::generate_inputs_with(&graph, &[], seed, &opts);
-    let reference = engine::Reference
-        .build(Subject::graph(&graph), Config::new(1, Simd::Best))
-        .and_then(|mut r| r.run(&inputs))
-        .map_err(|e| format!("reference: {e}"));
+    let (inputs, reference) = inputs_and_reference(&graph, seed);
     let lowered = LoweringMode::ALL
         .iter()
         .map(|&mode| (mode, engine::payload::lower(&graph, mode, p.enable_bf16).map_err(|e| format!("lowering: {e}"))))
         .collect();
-    Ok(Prepared { program: p.clone(), graph, inputs, reference, lowered })
+    let mean_alone = mean_alone(&graph).map(|g| {
+        let (inputs, reference) = inputs_and_reference(&g, seed);
+        let lowered =
+            engine::payload::lower(&g, LoweringMode::Main, p.enable_bf16).map_err(|e| format!("lowering: {e}"));
+        Alone { graph: g, inputs, reference, lowered }
+    });
+    Ok(Prepared { program: p.clone(), graph, inputs, reference, lowered, mean_alone })
 }
 
-/// Our runtime's instance of a program at `threads` with `policy`, on a pool of its own (kept
-/// in one place with [`run_program`]: the bench's only calls into an engine).
-fn build_program(
-    graph: &Graph,
-    l: &LoweredProgram,
-    threads: usize,
-    policy: ThreadPolicy,
-) -> Result<engine::Prepared, String> {
-    let config = Config { threads, simd: Simd::Best, policy: Some(policy), own_pool: true };
-    engine::Ours.build(Subject::lowered(graph, l), config).map_err(|e| e.to_string())
+fn inputs_and_reference(graph: &Graph, seed: u64) -> (Vec<Tensor>, Result<Vec<Tensor>, String>) {
+    // Uniform data: representative timings, no NaN from rsqrt, qs8 inputs in range.
+    let opts = DataOptions { specials: false, distribution: Some(Distribution::Uniform) };
+    let inputs = engine::generate_inputs_with(graph, &[], seed, &opts);
+    let reference = engine::Reference
+        .build(Subject::graph(graph), Config::new(1, Simd::Best))
+        .and_then(|mut r| r.run(&inputs))
+        .map_err(|e| format!("reference: {e}"));
+    (inputs, reference)
 }
 
-fn run_program(p: &mut engine::Prepared, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    Instance::run(p, inputs).map_err(|e| e.to_string())
+/// `x -> mean` with the first mean node of `graph` (its input's spec, dims, keepdim, dtype).
+fn mean_alone(graph: &Graph) -> Option<Graph> {
+    let node = graph.nodes.iter().find(|n| matches!(n.op, reference::graph::Op::Mean { .. }))?;
+    let reference::graph::Op::Mean { dims, keepdim, dtype } = &node.op else { return None };
+    let spec = graph.nodes.get(*node.inputs.first()?)?.spec.clone();
+    let g = reference::graph::GraphBuilder::new();
+    let x = g.input("x", spec);
+    let m = match dtype {
+        Some(d) => g.mean_dtype(x, dims, *keepdim, *d),
+        None => g.mean(x, dims, *keepdim),
+    };
+    g.finish(&[m]).ok()
 }
 
-/// How long and how often to time one row group.
-#[derive(Clone, Copy, Debug)]
-pub struct RowBudget {
-    pub time: Duration,
-    pub max_runs: usize,
-    pub min_runs: usize,
-    pub min_rounds: usize,
-}
-
-/// Times the four variants of one scenario at `threads`; returns one row per variant.
-pub fn time_group(prep: &Prepared, threads: usize, budget: RowBudget, info: &MachineInfo) -> Vec<Row> {
-    let p = &prep.program;
-    let mut rows: Vec<Row> = Vec::new();
-    let mut progs: Vec<Option<engine::Prepared>> = Vec::new();
-    for v in VARIANTS {
-        let lowered = prep.lowered.iter().find(|(m, _)| *m == v.mode).map(|(_, l)| l);
-        let mut row = Row {
-            scenario: p.scenario.clone(),
-            shape: p.shape.clone(),
-            dtype: p.dtype.name().to_string(),
-            mode: v.mode.name().to_string(),
-            policy: policy_name(v.policy).to_string(),
-            threads,
-            median_ns: None,
-            p10_ns: None,
-            p90_ns: None,
-            runs: 0,
-            ratio_vs_main: None,
-            ci_low: None,
-            ci_high: None,
-            within_noise: false,
-            vs_static_mean: None,
-            vs_static_mean_low: None,
-            vs_static_mean_high: None,
-            check: "ok".into(),
-            delegates: 0,
-            transposes: 0,
-            oversubscribed: threads > info.cores,
-            program: p.name.clone(),
-            commit: info.commit.clone(),
-            cpu: info.cpu.clone(),
-            cores: info.cores,
-            date: info.date.clone(),
-        };
-        let prog = match (lowered, &prep.reference) {
-            (Some(Ok(l)), Ok(want)) => {
-                row.delegates = l.summary.delegates;
-                row.transposes = l.summary.transposes;
-                match build_program(&prep.graph, l, threads, v.policy) {
-                    Ok(mut prog) => match run_program(&mut prog, &prep.inputs) {
-                        Ok(out) => match compare_outputs(&out, want, p.dtype) {
-                            Ok(()) => Some(prog),
-                            Err(e) => {
-                                row.check = format!("mismatch: {e}");
-                                None
-                            }
-                        },
-                        Err(e) => {
-                            row.check = format!("run: {e}");
-                            None
-                        }
-                    },
-                    Err(e) => {
-                        row.check = format!("load: {e}");
-                        None
-                    }
-                }
-            }
-            (Some(Err(e)), _) => {
-                row.check = e.clone();
-                None
-            }
-            (None, _) => {
-                row.check = "not lowered".into();
-                None
-            }
-            (_, Err(e)) => {
-                row.check = e.clone();
-                None
-            }
-        };
-        progs.push(prog);
-        rows.push(row);
-    }
-
-    // Warm-up: a few runs of each, so caches, pools and allocations are in steady state.
-    for _ in 0..3 {
-        for (k, prog) in progs.iter_mut().enumerate() {
-            if let Some(pr) = prog {
-                if let Err(e) = run_program(pr, &prep.inputs) {
-                    rows[k].check = format!("run: {e}");
-                    *prog = None;
-                }
-            }
-        }
-    }
-
-    let n = VARIANTS.len();
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let start = Instant::now();
-    let mut rounds = 0usize;
-    while progs.iter().any(Option::is_some) {
-        let elapsed = start.elapsed();
-        // A row stops at `max_runs` rounds, or once its time share is spent and it has
-        // `min_rounds`: a fast program gets its 200+ runs well within the share, a slow one
-        // gets the share (the "minimum time per row") and never starves the rows after it.
-        let done = rounds >= budget.max_runs || (rounds >= budget.min_rounds && elapsed >= budget.time);
-        if done {
-            break;
-        }
-        for j in 0..n {
-            let k = (rounds + j) % n;
-            if let Some(pr) = progs[k].as_mut() {
-                let t0 = Instant::now();
-                let out = run_program(pr, &prep.inputs);
-                let dt = t0.elapsed().as_nanos() as f64;
-                match out {
-                    Ok(o) => {
-                        drop(o);
-                        samples[k].push(dt);
-                    }
-                    Err(e) => {
-                        rows[k].check = format!("run: {e}");
-                        progs[k] = None;
-                    }
-                }
-            }
-        }
-        rounds += 1;
-    }
-    drop(progs);
-
-    let main = samples[0].clone();
-    for (k, row) in rows.iter_mut().enumerate() {
-        if row.check != "ok" || samples[k].is_empty() {
-            continue;
-        }
-        let s = stats::spread(&samples[k]);
-        row.median_ns = Some(s.median.round());
-        row.p10_ns = Some(s.p10.round());
-        row.p90_ns = Some(s.p90.round());
-        row.runs = samples[k].len();
-        if main.len() == samples[k].len() {
-            if let Some(r) = stats::paired_ratio(&main, &samples[k]) {
-                row.ratio_vs_main = Some(round4(r.ratio));
-                row.ci_low = Some(round4(r.low));
-                row.ci_high = Some(round4(r.high));
-                row.within_noise = r.within_noise();
-            }
-        }
-    }
-    // NhwcAware (index 3) against StaticMean with the same policy (index 2).
-    if rows[2].check == "ok" && rows[3].check == "ok" && samples[2].len() == samples[3].len() {
-        if let Some(r) = stats::paired_ratio(&samples[2], &samples[3]) {
-            rows[3].vs_static_mean = Some(round4(r.ratio));
-            rows[3].vs_static_mean_low = Some(round4(r.low));
-            rows[3].vs_static_mean_high = Some(round4(r.high));
-        }
-    }
-    rows
-}
-
-fn round4(x: f64) -> f64 {
+pub(crate) fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 
@@ -472,8 +414,16 @@ pub fn selected(args: &SweepArgs) -> Vec<NamedProgram> {
         .collect()
 }
 
-/// Runs the sweep and returns every row (in catalog order, then thread count, then variant).
-pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
+/// What a sweep measured.
+pub struct Sweep {
+    /// In catalog order, then thread count, then program.
+    pub rows: Vec<Row>,
+    /// Why real XNNPACK did not run, if it did not (then there are no XNNPACK rows).
+    pub xnnpack_skipped: Option<String>,
+}
+
+/// Runs the sweep.
+pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Sweep> {
     let threads: Vec<usize> =
         if args.quick && args.threads == SweepArgs::default().threads { vec![1, 2] } else { args.threads.clone() };
     if threads.is_empty() || threads.contains(&0) {
@@ -487,6 +437,10 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
     // the timed share: 470 s keeps the default sweep under 10 minutes on 2 cores.
     let budget = crate::args::seconds("--budget", args.budget.unwrap_or(if args.quick { 35.0 } else { 470.0 }))?
         .max(Duration::from_secs(1));
+    let xnn = engine::Xnnpack::new();
+    if let Some(why) = xnn.unavailable() {
+        eprintln!("bench: real XNNPACK skipped ({why}); timing our runtime only");
+    }
     let start = Instant::now();
     let groups = progs.len() * threads.len();
     let pb = if args.no_progress {
@@ -495,7 +449,7 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
         let pb = indicatif::ProgressBar::new(groups as u64);
         pb.set_style(
             indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:40}] {pos}/{len} rows of 4 ({eta} left) {msg}",
+                "{elapsed_precise} [{bar:40}] {pos}/{len} scenarios x threads ({eta} left) {msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
             .progress_chars("=> "),
@@ -518,33 +472,39 @@ pub fn sweep(args: &SweepArgs, info: &MachineInfo) -> anyhow::Result<Vec<Row>> {
                 min_runs: args.min_runs,
                 min_rounds: args.min_rounds,
             };
-            rows.extend(time_group(&prep, t, rb, info));
+            rows.extend(time_group(&prep, t, rb, info, &xnn));
             done += 1;
             pb.inc(1);
         }
     }
     pb.finish_and_clear();
-    Ok(rows)
+    Ok(Sweep { rows, xnnpack_skipped: xnn.unavailable() })
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if let Some(BenchCmd::Check(c)) = args.cmd {
-        return check::run(c);
+    match args.cmd {
+        Some(BenchCmd::Check(c)) => return check::run(c),
+        Some(BenchCmd::Summary(a)) => return resummarize(a),
+        None => {}
     }
     let a = args.sweep;
     let mut info = MachineInfo::collect();
     let load_before = info.loadavg.clone();
     let t0 = Instant::now();
-    let rows = sweep(&a, &info)?;
+    let sw = sweep(&a, &info)?;
     info.loadavg = format!("{load_before} before, {} after", loadavg());
     let wall = t0.elapsed();
-    let written = report::write_all(&a.out, &rows, &info, wall, a.quick)?;
+    let written = report::write_all(&a.out, &sw, &info, wall, a.quick)?;
+    let rows = sw.rows;
     for w in &written {
         println!("wrote {}", w.display());
     }
-    let failed: Vec<&Row> = rows.iter().filter(|r| r.check != "ok").collect();
+    let failed: Vec<&Row> = rows.iter().filter(|r| r.check != "ok" && !r.skipped()).collect();
     for r in &failed {
-        eprintln!("check failed: {} {} {} t{}: {}", r.program, r.mode, r.policy, r.threads, r.check);
+        eprintln!("check failed: {} {} {} {} t{}: {}", r.program, r.engine, r.mode, r.policy, r.threads, r.check);
+    }
+    for r in rows.iter().filter(|r| r.skipped()) {
+        eprintln!("skipped: {} {} {} t{}: {}", r.program, r.engine, r.mode, r.threads, r.check);
     }
     println!("sweep: {} rows in {:.1} s", rows.len(), wall.as_secs_f64());
     Ok(if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })

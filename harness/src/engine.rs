@@ -198,6 +198,12 @@ impl Engine for Ours {
     }
 }
 
+/// The instruction set our runtime's kernels take on this CPU (`Simd::Best`): `avx512`,
+/// `avx2` or `scalar`.
+pub fn simd_level() -> &'static str {
+    delegate::runtime::simd::Isa::best().name()
+}
+
 /// Which SIMD path a run takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Simd {
@@ -438,6 +444,36 @@ impl Prepared {
     }
 }
 
+/// Our program with its inputs and outputs bound once ([`Prepared::bind`]): each
+/// [`BoundProgram::invoke`] reruns it into the same outputs, as `xnn_invoke_runtime` reruns a
+/// set-up runtime. What the bench times.
+pub struct BoundProgram<'p> {
+    bound: delegate::runtime::Bound<'p>,
+}
+
+impl Prepared {
+    /// Binds `inputs` and runs once (so every buffer has its size and [`BoundProgram::outputs`]
+    /// holds the outputs).
+    pub fn bind(&self, inputs: Vec<Tensor>) -> Result<BoundProgram<'_>, EngineError> {
+        self.program
+            .bind(inputs)
+            .map(|bound| BoundProgram { bound })
+            .map_err(|e| EngineError::new(Stage::Run, runtime_class(&e), e))
+    }
+}
+
+impl BoundProgram<'_> {
+    /// Reruns the program on the bound inputs into the bound outputs.
+    pub fn invoke(&mut self) -> Result<(), EngineError> {
+        self.bound.invoke().map_err(|e| EngineError::new(Stage::Run, runtime_class(&e), e))
+    }
+
+    /// The outputs of the last run.
+    pub fn outputs(&self) -> &[Tensor] {
+        self.bound.outputs()
+    }
+}
+
 impl Instance for Prepared {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
         Prepared::run(self, inputs)
@@ -445,6 +481,6 @@ impl Instance for Prepared {
 }
 
 mod real;
-pub use self::real::{disable_xnnpack, Xnnpack, XnnpackInstance};
+pub use self::real::{disable_xnnpack, BoundXnnpack, Xnnpack, XnnpackInstance, XnnpackTiming};
 
 pub mod payload;

@@ -89,24 +89,52 @@ fn a_tiny_sweep_checks_outputs_and_writes_every_report() {
         ..SweepArgs::default()
     };
     let info = MachineInfo::collect();
-    let rows = bench::sweep(&args, &info).unwrap();
-    assert_eq!(rows.len(), 8, "4 programs x 2 thread counts");
-    for r in &rows {
+    let sweep = bench::sweep(&args, &info).unwrap();
+    let rows = &sweep.rows;
+    // Ours: 4 programs x 2 thread counts, and the before's mean alone at 1 thread; real
+    // XNNPACK: 3 modes x 2 thread counts when the library is there.
+    let xnn = if sweep.xnnpack_skipped.is_none() { 6 } else { 0 };
+    assert_eq!(rows.len(), 9 + xnn, "{rows:#?}");
+    assert_eq!(rows.iter().filter(|r| r.engine == "xnnpack").count(), xnn);
+    for r in rows {
         assert_eq!(r.check, "ok", "{r:?}");
         assert!(r.runs >= 3, "{r:?}");
         assert_eq!(r.oversubscribed, r.threads > info.cores);
+        assert!(!r.simd.is_empty() && !r.commit.is_empty() && !r.cpu.is_empty(), "{r:?}");
+        assert!(["bound", "xnn_invoke", "xnn_program"].contains(&r.timed.as_str()), "{r:?}");
+        if r.engine == "ours" && r.mode != "portable_mean" && xnn > 0 {
+            let (lo, x, hi) = (r.vs_xnnpack_low.unwrap(), r.vs_xnnpack.unwrap(), r.vs_xnnpack_high.unwrap());
+            assert!(lo <= x && x <= hi && lo > 0.0, "{r:?}");
+        }
     }
-    let main = rows.iter().find(|r| r.mode == "main" && r.threads == 1).unwrap();
-    assert_eq!(main.ratio_vs_main, Some(1.0));
+    for engine in ["ours", "xnnpack"].iter().take(1 + usize::from(xnn > 0)) {
+        let main = rows.iter().find(|r| r.mode == "main" && r.threads == 1 && r.engine == *engine).unwrap();
+        assert_eq!(main.ratio_vs_main, Some(1.0), "{main:?}");
+    }
+    if xnn > 0 {
+        // One segment from the graph inputs to the outputs: XNNPACK's invoke alone; Main
+        // (portable mean between two segments): the whole program.
+        let sm = rows.iter().find(|r| r.engine == "xnnpack" && r.mode == "static_mean").unwrap();
+        assert_eq!(sm.timed, "xnn_invoke");
+        let main = rows.iter().find(|r| r.engine == "xnnpack" && r.mode == "main").unwrap();
+        assert_eq!(main.timed, "xnn_program");
+    }
     let dir = temp("tiny");
-    let written = report::write_all(&dir, &rows, &info, std::time::Duration::from_secs(1), true).unwrap();
+    let written = report::write_all(&dir, &sweep, &info, std::time::Duration::from_secs(1), true).unwrap();
     for f in ["bench-t1.csv", "bench-t2.csv", "bench-t1.svg", "bench-t2.svg", "bench-summary.md"] {
         assert!(written.contains(&dir.join(f)), "{f} not written: {written:?}");
     }
     let svg = std::fs::read_to_string(dir.join("bench-t1.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("rmsnorm 1x8x64 fp32"), "{}", &svg[..svg.len().min(300)]);
     let md = std::fs::read_to_string(dir.join("bench-summary.md")).unwrap();
-    assert!(md.contains("## 1 thread(s)") && md.contains("## Which of the change's findings"), "{md}");
+    assert!(md.contains("## Our runtime, 1 thread(s)") && md.contains("## Which of the change's findings"), "{md}");
+    assert!(md.contains(&info.simd), "{md}");
+    if xnn > 0 {
+        assert!(md.contains("## Goals of issue 22") && md.contains("## Ours ÷ real XNNPACK, 2 thread(s)"), "{md}");
+        assert!(svg.contains("XNNPACK StaticMean"), "the plot has the absolute times");
+    } else {
+        assert!(md.contains("Real XNNPACK was **skipped**"), "{md}");
+    }
     let (ok, out) = check::check(&dir, &dir, false, 0.0).unwrap();
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -395,6 +395,33 @@ fn view_datatype_ok(v: &View, dt: Datatype) -> bool {
     )
 }
 
+/// Overwrites `o` with `b`'s values when it holds `dt`'s type and exactly their count.
+fn fill(o: &mut Owned, dt: Datatype, b: &[u8]) -> bool {
+    match (o, dt) {
+        (Owned::F32(v), Datatype::Fp32) if v.len() * 4 == b.len() => {
+            v.iter_mut().zip(b.chunks_exact(4)).for_each(|(x, c)| *x = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+        }
+        (Owned::F16(v), Datatype::Fp16) if v.len() * 2 == b.len() => {
+            v.iter_mut()
+                .zip(b.chunks_exact(2))
+                .for_each(|(x, c)| *x = f16::from_bits(u16::from_ne_bytes([c[0], c[1]])));
+        }
+        (Owned::Bf16(v), Datatype::Bf16) if v.len() * 2 == b.len() => {
+            v.iter_mut()
+                .zip(b.chunks_exact(2))
+                .for_each(|(x, c)| *x = bf16::from_bits(u16::from_ne_bytes([c[0], c[1]])));
+        }
+        (Owned::I8(v), Datatype::Qint8 | Datatype::Qcint8) if v.len() == b.len() => {
+            v.iter_mut().zip(b).for_each(|(x, &c)| *x = c as i8);
+        }
+        (Owned::I32(v), Datatype::Qint32 | Datatype::Qcint32) if v.len() * 4 == b.len() => {
+            v.iter_mut().zip(b.chunks_exact(4)).for_each(|(x, c)| *x = i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+        }
+        _ => return false,
+    }
+    true
+}
+
 fn owned_from(dt: Datatype, b: &[u8]) -> Option<Owned> {
     Some(match dt {
         Datatype::Fp32 => Owned::F32(b.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()),
@@ -537,6 +564,12 @@ impl Segment {
 
     /// The outputs of the last invoke, with the dims XNNPACK gives them.
     pub fn outputs(&self) -> Result<Vec<SegmentOutput>, Refusal> {
+        self.outputs_reusing(&mut Vec::new())
+    }
+
+    /// As [`Segment::outputs`], copying into `reuse[k]` where it has output `k`'s type and
+    /// length (a bound caller's buffers from the last run) instead of allocating.
+    pub fn outputs_reusing(&self, reuse: &mut [Owned]) -> Result<Vec<SegmentOutput>, Refusal> {
         let mut res = Vec::with_capacity(self.outputs.len());
         for (k, &dt) in self.outputs.iter().enumerate() {
             let id = (self.inputs.len() + k) as u32;
@@ -546,17 +579,22 @@ impl Segment {
             let n: usize = dims.iter().product::<usize>() * dt.size();
             let bytes =
                 buf.as_bytes().get(..n).ok_or_else(|| refuse(Stage::Setup, None, None, "output buffer short"))?;
-            let data = owned_from(dt, bytes)
-                .ok_or_else(|| refuse(Stage::Setup, None, None, format!("output {k} of datatype {}", dt.name())))?;
+            let reused =
+                reuse.get_mut(k).and_then(|o| fill(o, dt, bytes).then(|| std::mem::replace(o, Owned::F32(Vec::new()))));
+            let data = match reused {
+                Some(o) => o,
+                None => owned_from(dt, bytes)
+                    .ok_or_else(|| refuse(Stage::Setup, None, None, format!("output {k} of datatype {}", dt.name())))?,
+            };
             res.push(SegmentOutput { data, dims });
         }
         Ok(res)
     }
 
-    /// [`Segment::set_inputs`], [`Segment::invoke`], [`Segment::outputs`].
-    pub fn run(&mut self, inputs: &[(View, &[usize])]) -> Result<Vec<SegmentOutput>, Refusal> {
+    /// [`Segment::set_inputs`], [`Segment::invoke`], [`Segment::outputs_reusing`].
+    pub fn run(&mut self, inputs: &[(View, &[usize])], reuse: &mut [Owned]) -> Result<Vec<SegmentOutput>, Refusal> {
         self.set_inputs(inputs)?;
         self.invoke()?;
-        self.outputs()
+        self.outputs_reusing(reuse)
     }
 }

@@ -122,7 +122,7 @@ impl Probe {
         let refused = |r: crate::Refusal| ProbeError::Refused { what: what.to_string(), refusal: r.to_string() };
         let pool = x.pool(1).map_err(refused)?;
         let mut seg: Segment = compile(x, &self.g, inputs.len(), &pool, 0).map_err(refused)?;
-        Ok(seg.run(inputs).map_err(refused)?.into_iter().map(|o| (o.data, o.dims)).collect())
+        Ok(seg.run(inputs, &mut []).map_err(refused)?.into_iter().map(|o| (o.data, o.dims)).collect())
     }
 }
 

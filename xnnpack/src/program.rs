@@ -7,8 +7,8 @@
 use crate::compile::{compile, Refusal, Segment};
 use crate::{ThreadPool, Xnnpack};
 use delegate::program::Step;
-use delegate::runtime::plan::{BoundInput, SegmentOutput};
-use delegate::runtime::{Program, RuntimeError, SegmentExecutor};
+use delegate::runtime::plan::{BoundInput, Owned, SegmentOutput};
+use delegate::runtime::{Bound, Program, RuntimeError, SegmentExecutor};
 use delegate::xnn::XnnGraph;
 use delegate::LoweredProgram;
 
@@ -63,6 +63,27 @@ impl Segments {
         })
     }
 
+    /// Binds `inputs` to `program` (the one whose loaded graphs these are) and runs it once with
+    /// every segment on XNNPACK; [`Segments::invoke_bound`] reruns it.
+    pub fn bind<'p>(&mut self, program: &'p Program, inputs: Vec<reference::Tensor>) -> Result<Bound<'p>, RunError> {
+        self.last_refusal = None;
+        program.bind_with(inputs, self).map_err(|e| self.error(e))
+    }
+
+    /// Reruns a program bound by [`Segments::bind`] on its inputs, into its outputs: per segment
+    /// the input copies, reshape, setup and invoke, and output copies into the last run's buffers.
+    pub fn invoke_bound(&mut self, bound: &mut Bound<'_>) -> Result<(), RunError> {
+        self.last_refusal = None;
+        bound.invoke_with(self).map_err(|e| self.error(e))
+    }
+
+    fn error(&mut self, e: RuntimeError) -> RunError {
+        match self.last_refusal.take() {
+            Some((segment, refusal)) => RunError::Refused { segment, refusal },
+            None => RunError::Runtime(e),
+        }
+    }
+
     /// The compiled segments, in program order (the bench times one's `invoke`).
     pub fn segments_mut(&mut self) -> &mut [Segment] {
         &mut self.segments
@@ -95,13 +116,18 @@ pub enum RunError {
 }
 
 impl SegmentExecutor for Segments {
-    fn run_segment(&mut self, segment: usize, inputs: &[BoundInput]) -> Result<Vec<SegmentOutput>, RuntimeError> {
+    fn run_segment(
+        &mut self,
+        segment: usize,
+        inputs: &[BoundInput],
+        reuse: &mut Vec<Owned>,
+    ) -> Result<Vec<SegmentOutput>, RuntimeError> {
         let Some(seg) = self.segments.get_mut(segment) else {
             return Err(RuntimeError::InvalidProgram(format!("no compiled segment {segment}")));
         };
         let bound: Vec<(delegate::runtime::kernels::View, &[usize])> =
             inputs.iter().map(|b| (b.view, b.dims.as_slice())).collect();
-        match seg.run(&bound) {
+        match seg.run(&bound, reuse) {
             Ok(outs) => {
                 self.invocations += 1;
                 Ok(outs)

@@ -5,7 +5,7 @@
 //! input's type and length. This is XNNPACK's setup/invoke split (`xnn_setup_runtime` binds
 //! external buffers, `xnn_invoke_runtime` only runs), and what its timings measure.
 
-use super::program::{Program, RunState};
+use super::program::{Program, RunState, SegmentExecutor};
 use super::RuntimeError;
 use reference::{Tensor, TensorData};
 
@@ -32,9 +32,23 @@ impl Program {
     /// Binds `inputs` (checked as [`Program::run`] checks them) and runs the program once, so
     /// that [`Bound::outputs`] holds its outputs and every buffer has its size.
     pub fn bind(&self, inputs: Vec<Tensor>) -> Result<Bound<'_>, RuntimeError> {
+        self.bind_inner(inputs, None)
+    }
+
+    /// As [`Program::bind`], with every delegate segment run by `exec` (as
+    /// [`Program::run_with`]); rerun with [`Bound::invoke_with`].
+    pub fn bind_with(&self, inputs: Vec<Tensor>, exec: &mut dyn SegmentExecutor) -> Result<Bound<'_>, RuntimeError> {
+        self.bind_inner(inputs, Some(exec))
+    }
+
+    fn bind_inner(
+        &self,
+        inputs: Vec<Tensor>,
+        exec: Option<&mut dyn SegmentExecutor>,
+    ) -> Result<Bound<'_>, RuntimeError> {
         self.check_inputs(&inputs)?;
         let mut state = self.take_state();
-        let outputs = match self.execute(&mut state, &inputs, None) {
+        let outputs = match self.execute(&mut state, &inputs, exec) {
             Ok(()) => self.outputs_of(&mut state, &inputs),
             Err(e) => Err(e),
         };
@@ -52,6 +66,15 @@ impl Bound<'_> {
     /// Reruns the program on the bound inputs, writing the bound outputs in place. After an
     /// error the outputs' contents are unspecified (the next successful run rewrites them).
     pub fn invoke(&mut self) -> Result<(), RuntimeError> {
+        self.invoke_inner(None)
+    }
+
+    /// As [`Bound::invoke`], with every delegate segment run by `exec`.
+    pub fn invoke_with(&mut self, exec: &mut dyn SegmentExecutor) -> Result<(), RuntimeError> {
+        self.invoke_inner(Some(exec))
+    }
+
+    fn invoke_inner(&mut self, exec: Option<&mut dyn SegmentExecutor>) -> Result<(), RuntimeError> {
         for (k, t) in self.inputs.iter().enumerate() {
             self.program.recheck_input(k, t)?;
         }
@@ -61,7 +84,7 @@ impl Bound<'_> {
                 *Program::written_slot(&mut self.state, w) = Some(std::mem::replace(out, placeholder()));
             }
         }
-        let r = self.program.execute(&mut self.state, &self.inputs, None);
+        let r = self.program.execute(&mut self.state, &self.inputs, exec);
         for k in 0..self.outputs.len() {
             match self.program.written_output(k) {
                 Some(w) => {

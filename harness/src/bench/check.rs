@@ -29,11 +29,12 @@ pub struct CheckArgs {
     pub tolerance: f64,
 }
 
-/// The columns every sweep CSV must have (issue 8), in any order.
-pub const REQUIRED_COLUMNS: [&str; 18] = [
+/// The columns every sweep CSV must have (issues 8, 18, 22), in any order.
+pub const REQUIRED_COLUMNS: [&str; 21] = [
     "scenario",
     "shape",
     "dtype",
+    "engine",
     "mode",
     "policy",
     "threads",
@@ -45,20 +46,32 @@ pub const REQUIRED_COLUMNS: [&str; 18] = [
     "ci_low",
     "ci_high",
     "oversubscribed",
+    "timed",
     "commit",
     "cpu",
+    "simd",
     "cores",
     "date",
 ];
 
-type Key = (String, String, String, String, String, usize);
+type Key = (String, String, String, String, String, usize, String);
 
 fn key(r: &Row) -> Key {
-    (r.scenario.clone(), r.shape.clone(), r.dtype.clone(), r.mode.clone(), r.policy.clone(), r.threads)
+    (
+        r.scenario.clone(),
+        r.shape.clone(),
+        r.dtype.clone(),
+        r.mode.clone(),
+        r.policy.clone(),
+        r.threads,
+        r.engine.clone(),
+    )
 }
 
+/// A row's name in messages (the engine named when it is not ours).
 fn label(k: &Key) -> String {
-    format!("{} {} {} {}/{} t{}", k.0, k.1, k.2, k.3, k.4, k.5)
+    let engine = if k.6 == "ours" { String::new() } else { format!("{} ", k.6) };
+    format!("{engine}{} {} {} {}/{} t{}", k.0, k.1, k.2, k.3, k.4, k.5)
 }
 
 /// The sweep CSVs of a directory, by thread count.
@@ -107,6 +120,10 @@ pub fn validate_file(path: &Path, threads: usize) -> anyhow::Result<(Vec<Row>, V
         if r.oversubscribed != (r.threads > r.cores) {
             e(format!("oversubscribed={} but {} threads on {} cores", r.oversubscribed, r.threads, r.cores));
         }
+        if r.skipped() {
+            // Real XNNPACK refused the program: no timing, not a failure of ours.
+            continue;
+        }
         if r.check != "ok" {
             e(format!("output check failed: {}", r.check));
             continue;
@@ -118,7 +135,15 @@ pub fn validate_file(path: &Path, threads: usize) -> anyhow::Result<(Vec<Row>, V
         if r.runs == 0 {
             e("0 runs".into());
         }
+        if let Some(x) = r.vs_xnnpack {
+            match (r.vs_xnnpack_low, r.vs_xnnpack_high) {
+                (Some(lo), Some(hi)) if lo > 0.0 && lo <= x && x <= hi => {}
+                y => e(format!("vs_xnnpack {x} outside its interval {y:?}")),
+            }
+        }
         match (r.ci_low, r.ratio_vs_main, r.ci_high) {
+            // An XNNPACK row has no ratio when XNNPACK refused its Main program.
+            (None, None, None) if r.engine == "xnnpack" => {}
             (Some(lo), Some(x), Some(hi)) if lo > 0.0 && lo <= x && x <= hi => {
                 if r.within_noise != (lo <= 1.0 && 1.0 <= hi) {
                     e(format!("within_noise={} disagrees with the interval [{lo}, {hi}]", r.within_noise));

@@ -1,7 +1,7 @@
 //! Sweep outputs: one CSV per thread count, the Markdown summary with findings, and an SVG
 //! plot per thread count of the ratios by scenario.
 
-use super::{MachineInfo, Row};
+use super::{MachineInfo, Row, Sweep};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,11 +41,12 @@ pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
 /// Writes every output of a sweep; returns the paths written.
 pub fn write_all(
     dir: &Path,
-    rows: &[Row],
+    sweep: &Sweep,
     info: &MachineInfo,
     wall: Duration,
     quick: bool,
 ) -> anyhow::Result<Vec<PathBuf>> {
+    let rows = &sweep.rows;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     for t in thread_counts(rows) {
@@ -54,11 +55,13 @@ pub fn write_all(
         write_csv(&p, &these)?;
         written.push(p);
         let svg = dir.join(format!("bench-t{t}.svg"));
-        plot(&svg, &these, t, info).with_context(|| format!("plotting {}", svg.display()))?;
+        super::plot::plot(&svg, &these, t, info).with_context(|| format!("plotting {}", svg.display()))?;
         written.push(svg);
     }
     let md = dir.join("bench-summary.md");
-    std::fs::write(&md, summary(rows, info, wall, quick)).with_context(|| format!("writing {}", md.display()))?;
+    let et = super::versus::read_executorch(&dir.join(super::versus::EXECUTORCH_CSV));
+    let text = summary(rows, info, wall, quick, sweep.xnnpack_skipped.as_deref(), &et);
+    std::fs::write(&md, text).with_context(|| format!("writing {}", md.display()))?;
     written.push(md);
     Ok(written)
 }
@@ -69,17 +72,17 @@ fn key(r: &Row) -> (String, String, String) {
 }
 
 /// The variants of one scenario at one thread count, in sweep order.
-struct Group<'a> {
-    main: Option<&'a Row>,
-    sm_pot: Option<&'a Row>,
-    sm_cost: Option<&'a Row>,
-    nhwc: Option<&'a Row>,
+pub(super) struct Group<'a> {
+    pub main: Option<&'a Row>,
+    pub sm_pot: Option<&'a Row>,
+    pub sm_cost: Option<&'a Row>,
+    pub nhwc: Option<&'a Row>,
 }
 
-fn groups(rows: &[Row], threads: usize) -> Vec<((String, String, String), Group<'_>)> {
+pub(super) fn groups(rows: &[Row], threads: usize) -> Vec<((String, String, String), Group<'_>)> {
     let mut order: Vec<(String, String, String)> = Vec::new();
     let mut map: BTreeMap<(String, String, String), Group> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.threads == threads) {
+    for r in rows.iter().filter(|r| r.threads == threads && r.engine == "ours") {
         let k = key(r);
         if !map.contains_key(&k) {
             order.push(k.clone());
@@ -109,7 +112,7 @@ fn cell(r: Option<&Row>) -> String {
     }
 }
 
-fn us(ns: Option<f64>) -> String {
+pub(super) fn us(ns: Option<f64>) -> String {
     ns.map(|v| format!("{:.1}", v / 1000.0)).unwrap_or_else(|| "-".into())
 }
 
@@ -131,7 +134,7 @@ fn verdict(ci: Option<(f64, f64, f64)>) -> &'static str {
     }
 }
 
-fn numel(shape: &str) -> usize {
+pub(super) fn numel(shape: &str) -> usize {
     shape.split('x').filter_map(|s| s.parse::<usize>().ok()).product()
 }
 
@@ -198,15 +201,23 @@ fn cause(g: &Group, _k: &(String, String, String), threads: usize, cores: usize)
 }
 
 /// The Markdown summary: machine, method, findings, reproduction, one table per thread count.
-pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) -> String {
+pub fn summary(
+    rows: &[Row],
+    info: &MachineInfo,
+    wall: Duration,
+    quick: bool,
+    xnnpack_skipped: Option<&str>,
+    executorch: &super::versus::ExecutorchTimes,
+) -> String {
     let mut s = String::new();
     let threads = thread_counts(rows);
     let _ = writeln!(s, "# Latency sweep: Main (before) vs StaticMean (after) vs NhwcAware\n");
     let _ = writeln!(
         s,
-        "- Machine: {} ({} cores), commit `{}`, {}\n- Sweep: {}, thread counts {:?}, {} rows, wall time {:.0} s\n- Load average (1/5/15 min): {}",
+        "- Machine: {} ({} cores), our kernels' SIMD level {}, commit `{}`, {}\n- Sweep: {}, thread counts {:?}, {} rows, wall time {:.0} s\n- Load average (1/5/15 min): {}",
         info.cpu,
         info.cores,
+        info.simd,
         info.commit,
         info.date,
         if quick { "`--quick` (smoke test of the pipeline, not of the numbers)" } else { "default" },
@@ -231,12 +242,14 @@ pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) ->
         info.cores
     );
 
-    let _ = writeln!(s, "## Findings\n");
-    let failed: Vec<&Row> = rows.iter().filter(|r| r.check != "ok").collect();
+    s.push_str(&super::versus::sections(rows, info, xnnpack_skipped, executorch));
+
+    let _ = writeln!(s, "## Findings on our runtime\n");
+    let failed: Vec<&Row> = rows.iter().filter(|r| r.check != "ok" && !r.skipped()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "- **{} rows failed their output check or did not run** (no timing):", failed.len());
         for r in failed.iter().take(20) {
-            let _ = writeln!(s, "  - {} {} {} t{}: {}", r.program, r.mode, r.policy, r.threads, r.check);
+            let _ = writeln!(s, "  - {} {} {} {} t{}: {}", r.program, r.engine, r.mode, r.policy, r.threads, r.check);
         }
     }
     let _ = writeln!(
@@ -331,7 +344,11 @@ pub fn summary(rows: &[Row], info: &MachineInfo, wall: Duration, quick: bool) ->
     s.push_str(&reproduction(rows, &threads, info.cores));
 
     for &t in &threads {
-        let _ = writeln!(s, "\n## {t} thread(s){}\n", if t > info.cores { " (oversubscribed)" } else { "" });
+        let _ = writeln!(
+            s,
+            "\n## Our runtime, {t} thread(s){}: ratios to Main\n",
+            if t > info.cores { " (oversubscribed)" } else { "" }
+        );
         let _ = writeln!(s, "| scenario | shape | dtype | Main median us | StaticMean per-output | StaticMean cost model | NhwcAware | T main/sm/nhwc | runs |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for (k, g) in groups(rows, t) {
@@ -612,93 +629,4 @@ fn programs_shapes() -> Vec<String> {
         .iter()
         .map(|s| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))
         .collect()
-}
-
-/// An SVG plot of the ratios by scenario (log scale, 95% intervals as bars).
-pub fn plot(path: &Path, rows: &[&Row], threads: usize, info: &MachineInfo) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let owned: Vec<Row> = rows.iter().map(|r| (*r).clone()).collect();
-    let gs = groups(&owned, threads);
-    let n = gs.len().max(1);
-    let mut lo: f64 = 0.5;
-    let mut hi: f64 = 2.0;
-    for (_, g) in &gs {
-        for r in [g.sm_pot, g.sm_cost, g.nhwc].into_iter().flatten() {
-            if let (Some(l), Some(h)) = (r.ci_low, r.ci_high) {
-                lo = lo.min(l);
-                hi = hi.max(h);
-            }
-        }
-    }
-    let (lo, hi) = ((lo * 0.8).max(1e-3), (hi * 1.25).min(1e4));
-    let labels: Vec<String> = gs.iter().map(|(k, _)| format!("{} {} {}", k.0, k.1, k.2)).collect();
-    let height = 120 + 18 * n as u32;
-    let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let title = format!(
-        "ratio vs Main at {threads} thread(s){} - {}",
-        if threads > info.cores { " (oversubscribed)" } else { "" },
-        info.commit
-    );
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(300)
-        .build_cartesian_2d((lo..hi).log_scale(), -0.5f64..(n as f64 - 0.5))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            if (y - i).abs() < 0.01 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("time / Main time (below 1 = faster than before), log scale, bars = 95% interval")
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    chart
-        .draw_series(LineSeries::new(vec![(1.0, -0.5), (1.0, n as f64 - 0.5)], BLACK.stroke_width(1)))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let series: [(&str, RGBColor, f64); 3] = [
-        ("StaticMean, per-output tasks", RGBColor(214, 39, 40), -0.22),
-        ("StaticMean, cost model", RGBColor(31, 119, 180), 0.0),
-        ("NhwcAware, cost model", RGBColor(44, 160, 44), 0.22),
-    ];
-    for (si, (name, color, off)) in series.into_iter().enumerate() {
-        let pts: Vec<(f64, f64, f64, f64)> = gs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, g))| {
-                let r = [g.sm_pot, g.sm_cost, g.nhwc][si]?;
-                Some((
-                    r.ratio_vs_main?.clamp(lo, hi),
-                    i as f64 + off,
-                    r.ci_low?.clamp(lo, hi),
-                    r.ci_high?.clamp(lo, hi),
-                ))
-            })
-            .collect();
-        chart
-            .draw_series(pts.iter().map(|&(_, y, l, h)| PathElement::new(vec![(l, y), (h, y)], color.stroke_width(2))))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .draw_series(pts.iter().map(|&(x, y, _, _)| Circle::new((x, y), 3, color.filled())))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(name)
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
 }

@@ -56,7 +56,8 @@ impl Xnnpack {
                 )
             },
         )?;
-        Ok(XnnpackInstance { hand_offs, segments, threads })
+        let direct = direct_segment(program);
+        Ok(XnnpackInstance { hand_offs, segments, threads, direct })
     }
 }
 
@@ -123,6 +124,93 @@ pub struct XnnpackInstance {
     hand_offs: Prepared,
     segments: xnnpack::program::Segments,
     threads: usize,
+    /// The program is one delegate segment from the graph inputs (and constants) to the graph
+    /// outputs, all contiguous: a set-up runtime's `xnn_invoke_runtime` is the whole program.
+    direct: bool,
+}
+
+/// Whether `program` is one delegate call that reads only the program's inputs and constants
+/// and writes its outputs, in order, all contiguous (no layout change at the edge).
+fn direct_segment(program: &LoweredProgram) -> bool {
+    use delegate::program::Step;
+    use reference::MemoryFormat;
+    let [Step::Delegate(d)] = program.steps.as_slice() else { return false };
+    let contiguous = |s: &usize| program.slots.get(*s).is_some_and(|t| t.format == MemoryFormat::Contiguous);
+    // Constants fed from outside (ExecuTorch's constant segment) are bound once like inputs.
+    let fixed = |s: &usize| program.inputs.contains(s) || program.constants.iter().any(|(c, _)| c == s);
+    d.inputs.iter().all(fixed)
+        && program.inputs.iter().all(|s| d.inputs.contains(s))
+        && d.outputs == program.outputs
+        && d.inputs.iter().chain(&d.outputs).all(contiguous)
+}
+
+/// What one [`BoundXnnpack::invoke`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XnnpackTiming {
+    /// `xnn_invoke_runtime` alone: the program is one set-up runtime (XNNPACK's setup/invoke
+    /// split, inputs and outputs bound once).
+    Invoke,
+    /// The whole program: portable ops and hand-offs on our runtime, and per segment what
+    /// ExecuTorch's delegate does per call (reshape, setup, invoke) plus copies of the
+    /// segment's inputs into and its outputs out of XNNPACK's padded buffers.
+    Program,
+}
+
+impl XnnpackTiming {
+    pub fn name(self) -> &'static str {
+        match self {
+            XnnpackTiming::Invoke => "xnn_invoke",
+            XnnpackTiming::Program => "xnn_program",
+        }
+    }
+}
+
+/// An XNNPACK instance bound to its inputs ([`XnnpackInstance::bind`]).
+pub struct BoundXnnpack<'a> {
+    how: Bound<'a>,
+}
+
+enum Bound<'a> {
+    /// One set-up runtime: `xnn_invoke_runtime` alone; the outputs of the bind-time run.
+    Invoke { inst: &'a mut XnnpackInstance, outputs: Vec<Tensor> },
+    /// The whole program, bound on our runtime's hand-offs, its segments on XNNPACK.
+    Program { bound: Box<delegate::runtime::Bound<'a>>, segments: &'a mut xnnpack::program::Segments },
+}
+
+fn run_error(e: xnnpack::program::RunError) -> EngineError {
+    match e {
+        xnnpack::program::RunError::Refused { segment, refusal } => EngineError::refused(
+            Stage::Run,
+            xnnpack::Refusal { reason: format!("segment {segment}: {}", refusal.reason), ..refusal },
+        ),
+        xnnpack::program::RunError::Runtime(e) => EngineError::new(Stage::Run, runtime_class(&e), e),
+    }
+}
+
+impl BoundXnnpack<'_> {
+    /// Reruns on the bound inputs: see [`XnnpackTiming`].
+    pub fn invoke(&mut self) -> Result<(), EngineError> {
+        match &mut self.how {
+            Bound::Invoke { inst, .. } => inst.invoke(0),
+            Bound::Program { bound, segments } => segments.invoke_bound(bound).map_err(run_error),
+        }
+    }
+
+    /// What [`BoundXnnpack::invoke`] times.
+    pub fn timing(&self) -> XnnpackTiming {
+        match self.how {
+            Bound::Invoke { .. } => XnnpackTiming::Invoke,
+            Bound::Program { .. } => XnnpackTiming::Program,
+        }
+    }
+
+    /// The outputs of the bind-time run (of the last invoke, for [`XnnpackTiming::Program`]).
+    pub fn outputs(&self) -> &[Tensor] {
+        match &self.how {
+            Bound::Invoke { outputs, .. } => outputs,
+            Bound::Program { bound, .. } => bound.outputs(),
+        }
+    }
 }
 
 impl XnnpackInstance {
@@ -151,16 +239,21 @@ impl XnnpackInstance {
     pub fn invocations(&self) -> u64 {
         self.segments.invocations()
     }
+
+    /// Runs once on `inputs` (which sets every segment up) and keeps them bound.
+    pub fn bind(&mut self, inputs: Vec<Tensor>) -> Result<BoundXnnpack<'_>, EngineError> {
+        if self.direct {
+            let outputs = Instance::run(self, &inputs)?;
+            return Ok(BoundXnnpack { how: Bound::Invoke { inst: self, outputs } });
+        }
+        let XnnpackInstance { hand_offs, segments, .. } = self;
+        let bound = segments.bind(&hand_offs.program, inputs).map_err(run_error)?;
+        Ok(BoundXnnpack { how: Bound::Program { bound: Box::new(bound), segments } })
+    }
 }
 
 impl Instance for XnnpackInstance {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EngineError> {
-        self.segments.run(&self.hand_offs.program, inputs).map_err(|e| match e {
-            xnnpack::program::RunError::Refused { segment, refusal } => EngineError::refused(
-                Stage::Run,
-                xnnpack::Refusal { reason: format!("segment {segment}: {}", refusal.reason), ..refusal },
-            ),
-            xnnpack::program::RunError::Runtime(e) => EngineError::new(Stage::Run, runtime_class(&e), e),
-        })
+        self.segments.run(&self.hand_offs.program, inputs).map_err(run_error)
     }
 }

@@ -65,7 +65,7 @@ impl Program {
                             let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
                             bound.push(BoundInput { view: view_of(t), dims: dims[k].clone() });
                         }
-                        let produced = e.run_segment(seg_i, &bound)?;
+                        let produced = e.run_segment(seg_i, &bound, bufs)?;
                         drop(bound);
                         if produced.len() != outs.len() {
                             return Err(RuntimeError::InvalidProgram(format!(

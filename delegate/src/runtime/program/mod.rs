@@ -19,7 +19,7 @@ pub(in crate::runtime) use state::RunState;
 use state::MAX_SPARE_STATES;
 
 use super::exec::SegmentState;
-use super::plan::{BoundInput, SegmentOutput, SegmentPlan};
+use super::plan::{BoundInput, Owned, SegmentOutput, SegmentPlan};
 use super::pool::Pool;
 use super::simd::Isa;
 use super::{resolve_simd_with, RunOptions, RuntimeError, SimdLevel};
@@ -75,8 +75,15 @@ struct Loaded {
 pub trait SegmentExecutor {
     /// Runs segment `segment` (an index into [`Program::loaded_graphs`]) on `inputs`, bound
     /// (typed data, physical dims) exactly as the runtime's own plan would get them; returns
-    /// the outputs in segment output order.
-    fn run_segment(&mut self, segment: usize, inputs: &[BoundInput]) -> Result<Vec<SegmentOutput>, RuntimeError>;
+    /// the outputs in segment output order. `reuse` holds the last run's output buffers of the
+    /// segment (in output order; empty on a first run): an executor may fill and return them
+    /// instead of allocating (no page faults per run on large outputs).
+    fn run_segment(
+        &mut self,
+        segment: usize,
+        inputs: &[BoundInput],
+        reuse: &mut Vec<Owned>,
+    ) -> Result<Vec<SegmentOutput>, RuntimeError>;
 }
 
 /// An executable program. `run` takes `&self`; concurrent calls are serialized.
