@@ -3,6 +3,9 @@
 //! pre-filter the fuzz loop runs first, which settles a tensor without either twin when the
 //! plain comparison would pass it whatever the twins say.
 //!
+//! Over 700 lines on purpose: the rule, the plain comparison and the pre-filter that must agree
+//! with it are read side by side.
+//!
 //! The functions take any engine's output tensor: they know nothing of the delegate.
 
 use reference::dtype::bf16_to_f64;
