@@ -11,11 +11,8 @@ mod serialize_common;
 
 use delegate::serialize::{load, write, LoadError, LoadLimits, XnnHeader};
 use delegate::xnn::*;
-use raw::{Raw, F};
+use raw::{check, Raw, Row, F};
 use serialize_common::*;
-
-/// (rule, payload, limits, the error it must get).
-type Row = (&'static str, Vec<u8>, LoadLimits, LoadError);
 
 fn strict() -> LoadLimits {
     LoadLimits::default()
@@ -707,18 +704,6 @@ fn quant_rules() -> Vec<Row> {
             bad_quant(1, "PerTokenDynamicQuant params do not fit xnn_datatype_fp32"),
         ),
     ]
-}
-
-fn check(rows: Vec<Row>) {
-    let n = rows.len();
-    let mut wrong = vec![];
-    for (rule, bytes, limits, want) in rows {
-        match load(&bytes, &limits) {
-            Err(e) if e == want => assert!(!e.to_string().is_empty()),
-            other => wrong.push(format!("{rule}:\n  want {want:?}\n  got  {other:?}")),
-        }
-    }
-    assert!(wrong.is_empty(), "{} of {n} rules:\n{}", wrong.len(), wrong.join("\n"));
 }
 
 #[test]

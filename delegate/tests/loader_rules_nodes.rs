@@ -8,10 +8,8 @@ mod serialize_common;
 
 use delegate::serialize::{load, write, LoadError, LoadLimits};
 use delegate::xnn::*;
-use raw::{Raw, F};
+use raw::{check, Raw, Row, F};
 use serialize_common::*;
-
-type Row = (&'static str, Vec<u8>, LoadLimits, LoadError);
 
 fn strict() -> LoadLimits {
     LoadLimits::default()
@@ -682,18 +680,6 @@ fn semantic_rules() -> Vec<Row> {
             bad(0, "XNNStaticSlice", "offsets", "1 entries for a rank-2 input"),
         ),
     ]
-}
-
-fn check(rows: Vec<Row>) {
-    let n = rows.len();
-    let mut wrong = vec![];
-    for (rule, bytes, limits, want) in rows {
-        match load(&bytes, &limits) {
-            Err(e) if e == want => assert!(!e.to_string().is_empty()),
-            other => wrong.push(format!("{rule}:\n  want {want:?}\n  got  {other:?}")),
-        }
-    }
-    assert!(wrong.is_empty(), "{} of {n} rules:\n{}", wrong.len(), wrong.join("\n"));
 }
 
 #[test]

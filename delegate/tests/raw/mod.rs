@@ -3,10 +3,29 @@
 //! a deprecated field or one past the schema's last, or give a union a type id of its own.
 #![allow(dead_code)]
 
+use delegate::serialize::{load, LoadError, LoadLimits};
 use delegate::xnn::{VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT};
 use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 
 pub type Off = WIPOffset<UnionWIPOffset>;
+
+/// One loader rule: its name, a payload that breaks exactly it, the limits it loads under,
+/// and the typed error it must get.
+pub type Row = (&'static str, Vec<u8>, LoadLimits, LoadError);
+
+/// Loads every row's payload and expects exactly its error (with a message); lists every
+/// row that got anything else.
+pub fn check(rows: Vec<Row>) {
+    let n = rows.len();
+    let mut wrong = vec![];
+    for (rule, bytes, limits, want) in rows {
+        match load(&bytes, &limits) {
+            Err(e) if e == want => assert!(!e.to_string().is_empty()),
+            other => wrong.push(format!("{rule}:\n  want {want:?}\n  got  {other:?}")),
+        }
+    }
+    assert!(wrong.is_empty(), "{} of {n} rules:\n{}", wrong.len(), wrong.join("\n"));
+}
 
 /// One field: vtable slot and value.
 #[derive(Clone, Copy)]
