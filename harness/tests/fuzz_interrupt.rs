@@ -17,12 +17,19 @@ fn an_interrupt_keeps_the_failure_found_and_stops_the_campaign() {
     let _ = std::fs::remove_dir_all(&dir);
     set_active(Some(Mutant::WrongDivisor));
     let flag = Arc::new(AtomicBool::new(false));
-    // Interrupts as soon as the first failure is on disk (before it is minimized).
+    // Interrupts as soon as the first failure is on disk (before it is minimized): a saved
+    // `<oracle>-<hash>.json` in the folder itself, not the `.in-flight/` folder that every
+    // worker creates there before its first case.
+    let saved = |dir: &std::path::Path| {
+        std::fs::read_dir(dir).is_ok_and(|d| {
+            d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "json") && e.path().is_file())
+        })
+    };
     let watcher = {
         let (dir, flag) = (dir.clone(), flag.clone());
         std::thread::spawn(move || {
             while !flag.load(Ordering::Acquire) {
-                if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+                if saved(&dir) {
                     flag.store(true, Ordering::Release);
                 }
                 std::thread::sleep(Duration::from_millis(1));
