@@ -69,6 +69,11 @@ mutants! {
     RequantCopyFolded,
     /// Partitioner: `dq -> reshape -> q` with different parameters becomes one qs8 reshape.
     RequantReshapeGrouped,
+    /// Runtime: a mean with fewer outputs than threads splits each output's rows and adds
+    /// only the first two partial sums (right at 2 threads, wrong at 3 or more).
+    MeanSplitThreePlus,
+    /// Runtime: fp32 -> bf16 conversion truncates instead of rounding to nearest even.
+    Bf16Truncates,
 }
 
 impl Mutant {

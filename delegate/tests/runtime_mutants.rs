@@ -3,7 +3,7 @@
 #![cfg(feature = "mutants")]
 
 use delegate::mutants::{set_active, Mutant};
-use delegate::runtime::kernels::{mean, Ctx, Quant, Scratch, View, ViewMut};
+use delegate::runtime::kernels::{convert, mean, Ctx, Quant, Scratch, View, ViewMut};
 use delegate::runtime::pool::Pool;
 use delegate::runtime::simd::Isa;
 use delegate::runtime::ThreadPolicy;
@@ -41,6 +41,42 @@ fn checks() -> Vec<(&'static str, Check)> {
                     let w: f64 = x[r * 1024..(r + 1) * 1024].iter().map(|&v| v as f64).sum::<f64>() / 1024.0;
                     (out[r] as f64 - w).abs() <= 2.0 * U * w
                 })
+            }),
+        ),
+        (
+            "three-thread split of a few outputs covers every row and column",
+            Box::new(move || {
+                // 2 outputs, fewer than 3 threads: each output's rows are split. Reduced dims
+                // 0 and 2 (1001 rows of 70) and a single row of 70,001 columns.
+                let pool = Pool::new(3, ThreadPolicy::CostModel).unwrap();
+                let ok = |shape: &[usize], axes: &[usize], outs: usize| {
+                    let n: usize = shape.iter().product();
+                    let x: Vec<f32> = (0..n).map(|i| (i % 5) as f32).collect();
+                    let mut out = vec![-1f32; outs];
+                    mean::mean_f32(&Ctx { isa: simd, pool: &pool }, &x, shape, axes, &mut out).unwrap();
+                    let count = (n / outs) as f64;
+                    let want = |o: usize| -> f64 {
+                        let sum: f64 = match outs {
+                            2 => (0..n).filter(|i| i / 70 % 2 == o).map(|i| x[i] as f64).sum(),
+                            _ => x.iter().map(|&v| v as f64).sum(),
+                        };
+                        sum / count
+                    };
+                    (0..outs).all(|o| (out[o] as f64 - want(o)).abs() <= 2.0 * count * U * want(o))
+                };
+                ok(&[1001, 2, 70], &[0, 2], 2) && ok(&[70_001], &[0], 1)
+            }),
+        ),
+        (
+            "bf16 conversion rounds to nearest even",
+            Box::new(move || {
+                let pool = Pool::new(1, ThreadPolicy::CostModel).unwrap();
+                // 1 + 0.75 ulp rounds up, a truncation keeps 1.
+                let x = [1.0f32 + 0.75 * 2f32.powi(-7); 300];
+                let mut out = [half::bf16::ZERO; 300];
+                convert::convert(&Ctx { isa: simd, pool: &pool }, View::F32(&x), ViewMut::Bf16(&mut out), None)
+                    .unwrap();
+                out.iter().all(|v| v.to_f32() == 1.0 + 2f32.powi(-7))
             }),
         ),
         (
@@ -99,6 +135,8 @@ fn every_runtime_mutant_is_caught_and_none_is_a_false_alarm() {
         Mutant::SimdNanDropped,
         Mutant::Qs8RoundHalfAway,
         Mutant::Fp16AccumulateInFp16,
+        Mutant::MeanSplitThreePlus,
+        Mutant::Bf16Truncates,
     ] {
         if !simd_available && matches!(m, Mutant::DropSimdTail | Mutant::SimdNanDropped) {
             continue; // these live in the SIMD paths only

@@ -25,6 +25,7 @@
 //! | `param` | pattern knob: conv output channels, heads of a QK-norm, MLP hidden size | `0` (pattern default) |
 //! | `variant` | pattern knob: conv kernel size (1 or 3), GAP dims order, order of the shared-input users, qs8 mean: a requantizing copy first (bit 0; bit 1: a reshape), `adaptive_pool`: no conv before the pool (bit 1) | `0` |
 //! | `invalid` | make the graph invalid on purpose, see [`InvalidKind`] | none |
+//! | `qparams` | qs8 `mean` (no requantizing copy) and `adaptive_pool` without conv: a real quantizer's parameters, `{"input":{"scale":0.0078431377,"zero_point":-1},"output":{...}}`, replacing the power-of-two defaults (either may be left out) | none |
 //! | `inputs` | inline input tensors, one per run shape per graph input (see [`InlineTensor`]); replaces the seed for graph inputs | none |
 //! | `xfail` | a known open bug: replay expects this case to fail, and says so when it passes | none |
 //!
@@ -33,7 +34,10 @@
 //! the raw bit patterns (fp32: u32, fp16/bf16: u16, qs8: the byte). When both are present the
 //! bits win (decimal text can not carry a NaN payload or a signed zero reliably); a PyTorch
 //! script may write only `values`. Values are in logical (row-major) order; `format` says how
-//! the harness lays them out.
+//! the harness lays them out. A qs8 case may give its input as the int8 tensor itself,
+//! `{"shape":[..],"dtype":"qs8","quant":{"scale":0.0078431377,"zero_point":-1},"values":[-128,5,...]}`:
+//! the graph input is its dequantization, and its quantization is the graph's input
+//! quantization (`qparams.input`, which it must equal when both are given).
 
 use anyhow::{bail, Context, Result};
 use delegate::LoweringMode;
@@ -194,6 +198,18 @@ impl InvalidKind {
     ];
 }
 
+/// A qs8 case's quantization as a real quantizer (a PyTorch observer) chose it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseQuant {
+    /// The graph input's (the first quantize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<QuantParams>,
+    /// The output's (the last quantize, after the mean or pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<QuantParams>,
+}
+
 /// A concrete input written into the case file (see the module docs for the format).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InlineTensor {
@@ -350,6 +366,8 @@ pub struct Case {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid: Option<InvalidKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qparams: Option<CaseQuant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<Vec<InlineTensor>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xfail: Option<String>,
@@ -375,6 +393,7 @@ impl Case {
             param: 0,
             variant: 0,
             invalid: None,
+            qparams: None,
             inputs: None,
             xfail: None,
         }

@@ -24,6 +24,13 @@ pub struct GenConfig {
     pub max_elems: usize,
     /// Thread count used besides 1.
     pub threads: usize,
+    /// Every case also runs at a third count drawn from 3 to this (odd counts included, so
+    /// splits that do not divide evenly get run); below 3, none.
+    pub max_threads: usize,
+    /// About one case in fifty is a large one: its input has 256 KiB up to this many bytes,
+    /// above the cost model's inline threshold (`delegate::runtime::pool::INLINE_BYTES`), so
+    /// its work is split across threads. 0: no large cases.
+    pub large_bytes: usize,
     /// Largest multiply-accumulate count of a case's convs and linears (keeps the
     /// reference's f64 convolutions from dominating the time per case).
     pub max_macs: usize,
@@ -31,7 +38,7 @@ pub struct GenConfig {
 
 impl Default for GenConfig {
     fn default() -> Self {
-        GenConfig { max_elems: 4096, threads: 2, max_macs: 1 << 15 }
+        GenConfig { max_elems: 4096, threads: 2, max_threads: 8, large_bytes: 1 << 20, max_macs: 1 << 15 }
     }
 }
 
@@ -63,6 +70,11 @@ pub struct Knobs {
     pub invalid: u8,
     pub seed: u64,
     pub specials: bool,
+    /// The third thread count: `3 + t % (max_threads - 2)`.
+    pub threads: u8,
+    /// A large case (see [`GenConfig::large_bytes`]), of `large_size` (log scale).
+    pub large: bool,
+    pub large_size: u8,
 }
 
 fn size_of(s: u8) -> usize {
@@ -98,6 +110,8 @@ impl Knobs {
         let invalid = if pct(b(100), 5) { 1 + b(InvalidKind::ALL.len() as u64) as u8 } else { 0 };
         let seed = rng.next_u64();
         let specials = rng.below(100) < 8;
+        // Drawn last, so every earlier knob of case `k` is what it was before they existed.
+        let extra = rng.next_u64();
         Knobs {
             pattern,
             rank,
@@ -115,6 +129,9 @@ impl Knobs {
             invalid,
             seed,
             specials,
+            threads: extra as u8,
+            large: (extra >> 8) % 50 < 1,
+            large_size: (extra >> 16) as u8,
         }
     }
 
@@ -126,8 +143,13 @@ impl Knobs {
         };
         let (pattern, dtype, rank) = self.pattern_dtype_rank(invalid);
         let (mut shape, mut param) = self.shape_and_param(pattern, rank);
-        param = fit_elements(cfg, pattern, &mut shape, param);
-        param = self.fit_macs(cfg, pattern, &mut shape, param);
+        match self.large_elems(cfg, pattern, dtype, invalid) {
+            Some(target) => grow_to(&mut shape, target),
+            None => {
+                param = fit_elements(cfg, pattern, &mut shape, param);
+                param = self.fit_macs(cfg, pattern, &mut shape, param);
+            }
+        }
         let dims = self.dims(rank);
         let format = match (self.channels_last, rank) {
             (true, 4) => MemoryFormat::ChannelsLast,
@@ -138,7 +160,13 @@ impl Knobs {
             .then_some(if dtype == ElemType::F32 { ElemType::F16 } else { ElemType::F32 });
 
         let (dynamic, run_shapes) = self.dynamic_dims(pattern, rank, invalid, &shape);
-        let threads = vec![1, cfg.threads.max(2)];
+        let mut threads = vec![1, cfg.threads.max(2)];
+        if cfg.max_threads >= 3 {
+            let third = 3 + self.threads as usize % (cfg.max_threads - 2);
+            if !threads.contains(&third) {
+                threads.push(third);
+            }
+        }
         let mut case = Case::new(pattern, &shape, &dims, self.keepdim);
         case.dtype = dtype;
         case.format = format;
@@ -152,7 +180,27 @@ impl Knobs {
         case.param = param;
         case.variant = self.variant & 0x07;
         case.invalid = invalid;
+        case.qparams = real_qparams(&case);
         case
+    }
+
+    /// A large case's element budget: patterns without a conv or linear (whose MAC budget
+    /// keeps the reference fast), valid graphs; 256 KiB to `large_bytes` of input, log-uniform.
+    fn large_elems(
+        &self,
+        cfg: &GenConfig,
+        pattern: Pattern,
+        dtype: ElemType,
+        invalid: Option<InvalidKind>,
+    ) -> Option<usize> {
+        let min = delegate::runtime::pool::INLINE_BYTES;
+        let fits = matches!(pattern, Pattern::Mean | Pattern::AddMean | Pattern::Gap | Pattern::RmsNorm);
+        if !self.large || !fits || invalid.is_some() || cfg.large_bytes <= min {
+            return None;
+        }
+        let span = (cfg.large_bytes as f64 / min as f64).log2();
+        let bytes = min as f64 * (span * self.large_size as f64 / 255.0).exp2();
+        Some(((bytes as usize).clamp(min, cfg.large_bytes) / dtype.size_bytes()).min(crate::case::MAX_ELEMS / 2))
     }
 
     /// The pattern, dtype and rank: an invalid kind picks the pattern and dtype it needs,
@@ -369,6 +417,47 @@ impl Knobs {
     }
 }
 
+/// Half the qs8 cases whose chain has one inexact quantize (see `Case::qparams`) take a
+/// real quantizer's parameters, as PyTorch's `MinMaxObserver` makes them from a range
+/// `[lo, hi]` around 0: `scale = (hi - lo) / 255` (`0.0078431377` for `[-1, 1]`, one
+/// draw in eight), `zero_point = -128 - round(lo / scale)`, for the input and the output.
+fn real_qparams(case: &Case) -> Option<crate::case::CaseQuant> {
+    let one_rounding = match case.pattern {
+        Pattern::Mean => case.variant & 1 == 0,
+        Pattern::AdaptivePool => case.variant & 2 != 0,
+        _ => false,
+    };
+    if case.dtype != ElemType::Qs8 || !one_rounding || case.invalid.is_some() {
+        return None;
+    }
+    let mut rng = SplitMix64::new(case.seed ^ 0x51_5CA1_E000);
+    if rng.below(2) == 0 {
+        return None;
+    }
+    let mut observe = |range: f64| {
+        let (lo, hi) = match rng.below(8) {
+            0 => (-1.0, 1.0),
+            _ => (-range * rng.below(1001) as f64 / 1000.0, range * (1 + rng.below(1000)) as f64 / 1000.0),
+        };
+        let scale = ((hi - lo) / 255.0) as f32;
+        let zero_point = (-128 - (lo / scale as f64).round() as i32).clamp(-128, 127);
+        reference::QuantParams { scale, zero_point }
+    };
+    let input = observe(8.0);
+    let output = observe(4.0);
+    Some(crate::case::CaseQuant { input: Some(input), output: Some(output) })
+}
+
+/// Grows a shape to at least `target` elements (and under twice that), doubling its
+/// smallest dim above 1 (the last dim when all are 1): size-1 dims stay, as broadcasting and
+/// layout rules care about them.
+fn grow_to(shape: &mut [usize], target: usize) {
+    while shape.iter().product::<usize>() < target {
+        let i = (0..shape.len()).filter(|&i| shape[i] > 1).min_by_key(|&i| shape[i]).unwrap_or(shape.len() - 1);
+        shape[i] *= 2;
+    }
+}
+
 /// Fits the element budget: halves the largest dim (QK-norm: never its head split), and
 /// keeps a conv's output (param channels) within it too.
 fn fit_elements(cfg: &GenConfig, pattern: Pattern, shape: &mut [usize], mut param: usize) -> usize {
@@ -396,7 +485,8 @@ fn fit_elements(cfg: &GenConfig, pattern: Pattern, shape: &mut [usize], mut para
 
 impl<'a> Arbitrary<'a> for Case {
     fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
-        Ok(Knobs::arbitrary(u)?.to_case(&GenConfig::default()))
+        // No large cases: libFuzzer runs many short inputs (the fuzz job has the large ones).
+        Ok(Knobs::arbitrary(u)?.to_case(&GenConfig { large_bytes: 0, ..GenConfig::default() }))
     }
 }
 
@@ -417,9 +507,19 @@ mod tests {
     fn random_cases_build_and_respect_the_budget() {
         let cfg = GenConfig::default();
         let mut seen = std::collections::BTreeSet::new();
+        let (mut large, mut third) = (0, std::collections::BTreeSet::new());
         for i in 0..2000 {
             let c = nth_case(42, i, &cfg);
-            assert!(c.numel() <= cfg.max_elems || c.invalid.is_some(), "{}", c.to_json());
+            let bytes = c.numel() * c.dtype.size_bytes();
+            if c.numel() > cfg.max_elems && c.invalid.is_none() {
+                // A large case: above the cost model's inline threshold, within the limits.
+                assert!(bytes >= delegate::runtime::pool::INLINE_BYTES, "{}", c.to_json());
+                assert!(bytes < 2 * cfg.large_bytes && c.numel() <= crate::case::MAX_ELEMS, "{}", c.to_json());
+                large += 1;
+            }
+            assert_eq!(&c.threads[..2], &[1, 2]);
+            assert_eq!(c.threads.len(), 3);
+            third.insert(c.threads[2]);
             if c.pattern == Pattern::QkNorm {
                 assert!(2 * c.numel() * c.shape[2] <= cfg.max_macs.max(2 * c.numel() * c.param), "{}", c.to_json());
             }
@@ -430,6 +530,9 @@ mod tests {
             assert_eq!(Case::from_json(&c.to_json()).unwrap(), c);
         }
         assert_eq!(seen.len(), Pattern::ALL.len());
+        assert_eq!(third, (3..=8).collect(), "every third thread count, odd ones included");
+        // One in fifty draws large; only patterns without conv or linear take it (4 of 11).
+        assert!((8..=40).contains(&large), "{large} large cases in 2000");
     }
 
     #[test]

@@ -186,6 +186,9 @@ pub struct CheckOptions {
     /// Which programs also run on real XNNPACK, when the library is there ([`real`]); `None`:
     /// none.
     pub xnnpack: Option<XnnpackPlan>,
+    /// `Some(k)`: "each of the case's thread counts above 1" (here and in [`XnnpackPlan`])
+    /// means only the `k`-th of them, cyclically (the fuzz loop rotates it by case).
+    pub multi_pick: Option<u64>,
 }
 
 /// Which programs of a case run on real XNNPACK.
@@ -219,6 +222,7 @@ impl Default for CheckOptions {
             plain: false,
             reference: Interpreter::Plain,
             xnnpack: Some(XnnpackPlan::FULL),
+            multi_pick: None,
         }
     }
 }
@@ -243,18 +247,32 @@ impl CheckOptions {
             modes: Some(vec![LoweringMode::ALL[(index % 3) as usize]]),
             multi_thread: (index / 3).is_multiple_of(3),
         };
-        CheckOptions { configs, plain: false, reference: Interpreter::Fast, xnnpack: Some(xnnpack) }
+        // Cases run at 1, 2 and a third count: the multi-threaded configurations take one of
+        // the two, alternating every 9 cases (each run is a pool dispatch at every op, and
+        // running both cost a quarter of the loop's throughput).
+        let multi_pick = Some(index / 9);
+        CheckOptions { configs, plain: false, reference: Interpreter::Fast, xnnpack: Some(xnnpack), multi_pick }
+    }
+
+    /// The case's thread counts above 1 that "each count above 1" stands for.
+    pub fn multi_threads(&self, threads: &[usize]) -> Vec<usize> {
+        let above: Vec<usize> = threads.iter().copied().filter(|&t| t > 1).collect();
+        match self.multi_pick {
+            Some(k) if !above.is_empty() => vec![above[(k % above.len() as u64) as usize]],
+            _ => above,
+        }
     }
 
     /// The (threads, path) pairs to run `mode` in, for a case with thread counts `threads`.
     pub fn for_mode(&self, mode: LoweringMode, threads: &[usize]) -> Vec<(usize, Simd)> {
+        let multi = self.multi_threads(threads);
         let mut out = vec![];
         for (t, simd, modes) in &self.configs {
             if modes.as_ref().is_some_and(|m| !m.contains(&mode)) {
                 continue;
             }
             for &ct in threads {
-                let take = if *t == 0 { ct > 1 } else { ct == *t };
+                let take = if *t == 0 { multi.contains(&ct) } else { ct == *t };
                 if take && !out.contains(&(ct, *simd)) {
                     out.push((ct, *simd));
                 }
@@ -365,10 +383,12 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
             let spec = &built.graph.nodes[id].spec;
             let t = it.to_tensor().map_err(|e| InvalidCase::new(&field, format!("{e:#}")))?;
             let t = match (case.dtype, t.dtype(), t.quant) {
-                // A qs8 case's graph takes fp32 and quantizes it with `Q_IN` inside: an int8
-                // tensor on that grid is its own dequantization, exactly; any other would be
+                // A qs8 case's graph takes fp32 and quantizes it with its input quantization
+                // inside (`patterns::q_in`): an int8 tensor on that grid is its own
+                // dequantization, `fl32(scale (q - zp))` as PyTorch's `dequantize` gives it,
+                // which that quantize maps back to `q` exactly; any other would be
                 // requantized, not run as written.
-                (ElemType::Qs8, ElemType::Qs8, Some(q)) if q == patterns::Q_IN => {
+                (ElemType::Qs8, ElemType::Qs8, Some(q)) if q == patterns::q_in(case) => {
                     Tensor::from_f64(&t.shape, ElemType::F32, None, &t.values_f64()).to_format(t.format)
                 }
                 (ElemType::Qs8, ElemType::Qs8, q) => {
@@ -380,13 +400,20 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
                         format!(
                             "an int8 tensor with {given}; a qs8 case's graph quantizes its fp32 input \
                              with scale {} and zero point {}: give that quantization, or the fp32 values",
-                            patterns::Q_IN.scale,
-                            patterns::Q_IN.zero_point
+                            patterns::q_in(case).scale,
+                            patterns::q_in(case).zero_point
                         ),
                     ));
                 }
                 _ => t,
             };
+            if built.ties && !on_input_grid(case, &t) {
+                return Err(InvalidCase::new(
+                    &field,
+                    "a qs8 case with `qparams` takes inputs on its input grid (the tie rule assumes \
+                     an exact first quantize): give the int8 tensor, or its exact dequantization",
+                ));
+            }
             if case.invalid.is_none() {
                 spec.check_tensor(&t)
                     .map_err(|e| InvalidCase::new(&field, format!("not what the graph input takes: {e}")))?;
@@ -401,14 +428,31 @@ pub fn case_inputs(case: &Case, built: &Built, r: usize, shapes: &[Vec<usize>]) 
     }
     let seed = case.seed.wrapping_add((r as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut inputs = engine::generate_inputs(&built.graph, shapes, seed, case.specials);
-    if let Some(step) = built.input_grid {
+    if let Some(q) = built.input_grid {
         // Put qs8 inputs on the input quantization grid (see `patterns`): exact quantize.
+        // Under a real quantizer's parameters, on its int8 range too (`fl32(s (q - zp))`):
+        // the twins drop the quantize, so a saturating one would not be their input.
+        let (step, zp) = (q.scale as f64, q.zero_point as f64);
+        let grid = |x: &f64| match built.ties {
+            true => ((x / step).round().clamp(-128.0 - zp, 127.0 - zp) as f32 * q.scale) as f64,
+            false => (x / step).round() * step,
+        };
         for t in &mut inputs {
-            let v: Vec<f64> = t.values_f64().iter().map(|x| (x / step as f64).round() * step as f64).collect();
+            let v: Vec<f64> = t.values_f64().iter().map(grid).collect();
             *t = Tensor::from_f64(&t.shape, t.dtype(), t.quant, &v).to_format(t.format);
         }
     }
     Ok(inputs)
+}
+
+/// Whether every value of `t` is `fl32(scale k)` for an integer `k` that the input
+/// quantization maps to itself (`q = k + zp` in -128..=127).
+fn on_input_grid(case: &Case, t: &Tensor) -> bool {
+    let q = patterns::q_in(case);
+    t.values_f64().iter().all(|&x| {
+        let k = (x / q.scale as f64).round();
+        (-128.0..=127.0).contains(&(k + q.zero_point as f64)) && (k as f32 * q.scale) as f64 == x
+    })
 }
 
 /// The reference runs of a case (one per run shape). A run shape that does not fit the
@@ -567,7 +611,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
             let ours_ran = ours.is_ok() && exec.errors == Verdict::Pass;
             let mut threads = vec![1];
             if plan.multi_thread {
-                threads.extend(case.threads.iter().copied().filter(|&t| t > 1));
+                threads.extend(opts.multi_threads(&case.threads));
             }
             threads.sort_unstable();
             threads.dedup();

@@ -205,3 +205,69 @@ fn a_truncating_fp16_or_bf16_conversion_fails_in_the_normal_range() {
         }
     }
 }
+
+/// qs8 means under a real quantizer's scales (`qparams`), requantized as a delegate does:
+/// an exact integer sum times an f32 multiplier, then `round` (half to even, the correct
+/// one), or truncated toward zero (a planted wrong rounding).
+#[test]
+fn qs8_tie_rule_passes_correct_requantizations_and_fails_a_truncating_one() {
+    use harness::case::CaseQuant;
+    use reference::QuantParams;
+    let (q_in, q_out) =
+        (QuantParams { scale: 0.007_843_138, zero_point: -1 }, QuantParams { scale: 0.0031, zero_point: 17 });
+    let mut rng = SplitMix64::new(5);
+    let (mut caught, mut near) = (0, 0);
+    for trial in 0..200 {
+        let n = 3 + trial % 29;
+        let mut case = Case { dtype: ElemType::Qs8, ..Case::new(Pattern::Mean, &[4, n], &[-1], true) };
+        case.qparams = Some(CaseQuant { input: Some(q_in), output: Some(q_out) });
+        let built = build(&case).unwrap();
+        assert!(built.ties);
+        let k: Vec<i64> = (0..4 * n).map(|_| rng.below(256) as i64 - 128 - q_in.zero_point as i64).collect();
+        let k: Vec<i64> =
+            k.into_iter().map(|v| v.clamp(-128 - q_in.zero_point as i64, 127 - q_in.zero_point as i64)).collect();
+        let x: Vec<f64> = k.iter().map(|&v| (v as f32 * q_in.scale) as f64).collect();
+        let input = Tensor::from_f64(&[4, n], ElemType::F32, None, &x);
+        let inputs = [input];
+        let want = reference::eval::run(&built.graph, &inputs).unwrap().remove(0);
+        let wide = reference::eval::run(built.wide(&case).unwrap(), &wide_inputs(&inputs)).unwrap().remove(0);
+        let mag = reference::eval::run(built.magnitude(&case).unwrap(), &magnitude_inputs(&case, &inputs)).unwrap();
+        let ev = Given { magnitude: Some(mag[0].values_f64()), peak: 0.0, wide: Some(wide.values_f64()) };
+        let tol = tolerance(&case, &built, 0, &case.shape);
+        assert!(tol.ties && !tol.exact);
+        let mult = q_in.scale * (1.0 / n as f32) / q_out.scale;
+        let requant = |round: &dyn Fn(f32) -> f32| {
+            let v: Vec<f32> = (0..4)
+                .map(|r| {
+                    let s: i64 = k[r * n..(r + 1) * n].iter().sum();
+                    let q = (round(s as f32 * mult) + q_out.zero_point as f32).clamp(-128.0, 127.0);
+                    ((q as f64 - q_out.zero_point as f64) * q_out.scale as f64) as f32
+                })
+                .collect();
+            Tensor::f32(&[4, 1], v)
+        };
+        // Another correct implementation: the exact quotient in f64, rounded half to even.
+        let exact: Vec<f32> = (0..4)
+            .map(|r| {
+                let s: i64 = k[r * n..(r + 1) * n].iter().sum();
+                let t = q_in.scale as f64 * s as f64 / (n as f64 * q_out.scale as f64);
+                let q = (t.round_ties_even() + q_out.zero_point as f64).clamp(-128.0, 127.0);
+                ((q - q_out.zero_point as f64) * q_out.scale as f64) as f32
+            })
+            .collect();
+        let even = requant(&|v: f32| v.round_ties_even());
+        assert!(compare_plain(&want, &even, &ev, &tol).is_none(), "trial {trial}: half to even failed");
+        assert!(compare_plain(&want, &Tensor::f32(&[4, 1], exact), &ev, &tol).is_none(), "trial {trial}: exact failed");
+        if compare_plain(&want, &requant(&|v: f32| v.trunc()), &ev, &tol).is_some() {
+            caught += 1;
+        }
+        let w = wide.values_f64();
+        let m = mag[0].values_f64();
+        near +=
+            (0..4).filter(|&i| harness::oracle::outputs::tie_steps(q_out.scale, Some(w[i]), Some(m[i])) > 0.0).count();
+    }
+    // Truncation is a step off wherever the fraction is nonzero on the wrong side: almost
+    // every trial; the tie margin lets a step through on almost no element.
+    assert!(caught >= 150, "a truncating requantization passed {} of 200 trials", 200 - caught);
+    assert!(near <= 8, "{near} of 800 elements allowed a step");
+}

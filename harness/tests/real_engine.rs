@@ -311,6 +311,7 @@ fn every_node_type_matches_the_reference_at_1_and_2_threads() {
                         step: c.step,
                         exact: false,
                         rounds_once: false,
+                        ties: false,
                     };
                     if let Some(d) = compare_with(w, g, Some(&magnitude[o]), &tol) {
                         panic!("{} seed {seed} at {threads} threads, output {o}: {d}", c.node);
@@ -359,7 +360,15 @@ fn a_wrong_result_does_not_pass_the_node_comparison() {
     let mut v = want[0].values_f64();
     v[3] *= 1.01;
     let bad = Tensor::from_f64(&want[0].shape, want[0].dtype(), None, &v);
-    let tol = Tolerance { acc_len: 0, ops: 1, compute: ElemType::F32, step: None, exact: false, rounds_once: false };
+    let tol = Tolerance {
+        acc_len: 0,
+        ops: 1,
+        compute: ElemType::F32,
+        step: None,
+        exact: false,
+        rounds_once: false,
+        ties: false,
+    };
     assert!(compare_with(&want[0], &bad, Some(&want[0]), &tol).is_some());
 }
 

@@ -61,6 +61,13 @@ pub struct FuzzArgs {
     /// The multi-threaded run's thread count (every case also runs at 1 thread).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Every case also runs at a third thread count drawn from 3 to this (below 3: none).
+    #[arg(long, default_value_t = 8)]
+    pub max_threads: usize,
+    /// About one case in fifty has an input of 256 KiB up to this many bytes, so the cost
+    /// model splits its work across threads (0: no large cases).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub large_bytes: usize,
     /// Only these patterns (repeatable): mean, add_mean, gap, rms_norm, qk_norm,
     /// pre_norm_mlp, conv_mean, conv_mean_conv, conv_sub_mean, shared_input, adaptive_pool.
     #[arg(long = "pattern")]
@@ -150,6 +157,16 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
             crate::case::MAX_THREADS
         );
     }
+    if args.max_threads > crate::case::MAX_THREADS {
+        bail!("--max-threads {}: at most {}", args.max_threads, crate::case::MAX_THREADS);
+    }
+    if args.large_bytes > crate::case::MAX_ELEMS {
+        bail!(
+            "--large-bytes {}: at most {} (the largest input a case may have)",
+            args.large_bytes,
+            crate::case::MAX_ELEMS
+        );
+    }
     if args.max_elems == 0 || args.max_elems > crate::case::MAX_ELEMS {
         bail!("--max-elems {}: 1 to {} elements", args.max_elems, crate::case::MAX_ELEMS);
     }
@@ -161,7 +178,13 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         shard,
         max_cases: args.cases,
         duration,
-        gen: GenConfig { max_elems: args.max_elems, threads: args.threads, ..GenConfig::default() },
+        gen: GenConfig {
+            max_elems: args.max_elems,
+            threads: args.threads,
+            max_threads: args.max_threads,
+            large_bytes: args.large_bytes,
+            ..GenConfig::default()
+        },
         keep_going: args.keep_going,
         minimize: !args.no_minimize,
         out_dir: Some(args.out.clone().unwrap_or_else(default_out_dir)),
@@ -196,13 +219,14 @@ pub fn run(args: FuzzArgs) -> Result<ExitCode> {
         (None, None) => "no limit".into(),
     };
     eprintln!(
-        "harness fuzz: seed {seed}, shard {}/{}, {limit}, {} job{}, inputs up to {} elements, threads 1 and {}{}",
+        "harness fuzz: seed {seed}, shard {}/{}, {limit}, {} job{}, inputs up to {} elements, threads 1 and {}{}{}",
         shard.0,
         shard.1,
         campaign.jobs,
         if campaign.jobs == 1 { "" } else { "s" },
         campaign.gen.max_elems,
         args.threads,
+        if args.max_threads >= 3 { format!(" and one of 3..={}", args.max_threads) } else { String::new() },
         if campaign.keep_going { ", keep going" } else { "" }
     );
     if let Some(dir) = &campaign.out_dir {

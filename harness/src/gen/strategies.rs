@@ -14,11 +14,14 @@ pub fn knobs() -> impl Strategy<Value = Knobs> {
     let shape = (0u8..10, 0u8..6, proptest::array::uniform6(any::<u8>()), 0u8..4, any::<u8>(), any::<u8>());
     let kind = (any::<bool>(), 0u8..4, any::<bool>(), any::<bool>(), prop_oneof![4 => Just(0u8), 1 => any::<u8>()]);
     let rest = (any::<u8>(), any::<u8>(), prop_oneof![9 => Just(0u8), 1 => 1u8..12], any::<u64>(), any::<bool>());
-    (shape, kind, rest).prop_map(
+    // Large cases only where the config allows them (`GenConfig::large_bytes`), one in fifty.
+    let run = (any::<u8>(), prop_oneof![49 => Just(false), 1 => Just(true)], any::<u8>());
+    (shape, kind, rest, run).prop_map(
         |(
             (pattern, rank, sizes, dims_kind, dim_pick, negative),
             (keepdim, dtype, channels_last, mean_dtype, dynamic),
             (param, variant, invalid, seed, specials),
+            (threads, large, large_size),
         )| Knobs {
             pattern,
             rank,
@@ -36,6 +39,9 @@ pub fn knobs() -> impl Strategy<Value = Knobs> {
             invalid,
             seed,
             specials,
+            threads,
+            large,
+            large_size,
         },
     )
 }

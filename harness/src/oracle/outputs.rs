@@ -45,6 +45,26 @@
 //!   `1/n` is inexact and the last quantize may land one step away: `tol_i = step_i` (one
 //!   quantization step of the output). Either way compared on the dequantized values, which
 //!   are exact multiples of the step. `patterns::qs8_exact` decides, per run shape.
+//! - **qs8 under a real quantizer's scales** (`Case::qparams`: `mean`, or a pool without
+//!   conv; scales such as `0.0078431377`, any zero point). The input sits on its grid,
+//!   `x_i = fl32(s_in k_i)` with `k_i + zp_in` in int8, so the first quantize gives `k_i + zp_in`
+//!   in any correct implementation (`x_i / s_in` is within `2^-16` of `k_i`) and the last
+//!   quantize is the only inexact step. Let `e = s_in S / (n s_out)` be the exact value in
+//!   output steps (`S = sum k_i`) and `B = s_in sum |k_i| / (n s_out)` its magnitude. The
+//!   reference rounds each dequantized term (`u B` in all), the mean (`u |e|`), `1/s_out` and
+//!   the product (`2 u |e|`): its value before rounding, `t_r`, is within `4 u B` of `e`. A
+//!   correct f32 requantization (an exact int32 `S`, a multiplier `s_in / (n s_out)` formed in
+//!   a few f32 operations, one product: ours and XNNPACK's round 5 times) is within `10 u B`
+//!   for up to 10 roundings. The wide twin (the mean before the last quantize, by the
+//!   reference) divided by `s_out` gives `t` within `2 u B` of `e`. So when no rounding
+//!   boundary (a half-integer) lies within `16 u B` of `t`, both sides round values on the
+//!   same side of every boundary to the same integer: `tol_i = 0`; otherwise they may land
+//!   one step apart: `tol_i = step_i` (`compare::tie_steps`, `TIE_MARGIN = 16`; `B` from the
+//!   magnitude twin, the mean of `|x|`). Saturation is monotone and shared, so it changes
+//!   neither case. A step is thus allowed only on elements within about `10^-3` steps of a
+//!   tie: a quantizer that truncates, or rounds half away where `t` is a clear half, fails
+//!   (`tests/oracles.rs`). `tests/torch_int8.rs` holds the reference to torch's own outputs
+//!   by the same rule.
 //! - **NaN and infinities.** A NaN reference value needs a NaN; an infinite one needs the
 //!   same infinity; a finite one needs a finite value, unless a partial sum may overflow:
 //!   `(L + 2) P` at least the compute type's largest finite value, where `P` is the largest
@@ -134,7 +154,7 @@
 
 pub mod compare;
 
-pub use compare::{compare, compare_plain, compare_with, settled, ulp, Evidence, Given, Tolerance};
+pub use compare::{compare, compare_plain, compare_with, settled, tie_steps, ulp, Evidence, Given, Tolerance};
 
 use super::{RefRun, Verdict};
 use crate::case::Case;
@@ -175,7 +195,8 @@ pub fn tolerance(case: &Case, built: &Built, o: usize, shape: &[usize]) -> Toler
     let compute = if case.dtype == ElemType::Qs8 { ElemType::F32 } else { case.dtype };
     let step = built.out_step.get(o).copied().flatten();
     let exact = step.is_some() && patterns::qs8_exact(case, shape, o);
-    Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step, exact, rounds_once: built.rounds_once }
+    let ties = step.is_some() && built.ties;
+    Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step, exact, rounds_once: built.rounds_once, ties }
 }
 
 /// Runs a lowered program in each configuration (threads, SIMD path) on every run of the

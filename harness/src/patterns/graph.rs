@@ -2,7 +2,7 @@
 
 use super::ctx::{signed_weight_like, smallest_normal, Ctx};
 use super::knobs::{conv_out, heads, kernel, mean_dims, mlp_hidden, pool_conv};
-use super::{invalid_field, Kind, NotApplicable, Q_ADD, Q_CONV, Q_IN, Q_MEAN, Q_REQ};
+use super::{invalid_field, q_in, q_out, Kind, NotApplicable, Q_ADD, Q_CONV, Q_REQ};
 use crate::case::{Case, InvalidCase, Pattern};
 use reference::graph::{Graph, TensorSpec, T};
 use reference::{ElemType, GraphBuilder, QuantParams};
@@ -30,7 +30,7 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
     let x_in = g.input("x", input_spec(case, dt));
     // QK-norm's magnitude twin also takes the true values.
     let actual_in = (abs && case.pattern == Pattern::QkNorm).then(|| g.input("x_true", input_spec(case, dt)));
-    let x = cx.qdq(x_in, Q_IN);
+    let x = cx.qdq(x_in, q_in(case));
     let (dims, keepdim) = mean_dims(case);
     let rank = case.shape.len();
     let step = |qp: QuantParams| q.then_some(qp.scale);
@@ -51,13 +51,13 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
             } else {
                 x
             };
-            steps.push(step(Q_MEAN));
-            vec![cx.qdq(cx.mean(x, &dims, keepdim, true), Q_MEAN)]
+            steps.push(step(q_out(case)));
+            vec![cx.qdq(cx.mean(x, &dims, keepdim, true), q_out(case))]
         }
         Pattern::AddMean | Pattern::Gap => {
             let s = cx.qdq(g.add(x, x), Q_ADD);
-            steps.push(step(Q_MEAN));
-            vec![cx.qdq(cx.mean(s, &dims, keepdim, case.pattern == Pattern::AddMean), Q_MEAN)]
+            steps.push(step(q_out(case)));
+            vec![cx.qdq(cx.mean(s, &dims, keepdim, case.pattern == Pattern::AddMean), q_out(case))]
         }
         Pattern::RmsNorm => {
             if q {
@@ -102,8 +102,8 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
         }
         Pattern::ConvMean => {
             let y = cx.qdq(cx.conv(x, case.shape[1], conv_out(case), kernel(case)), Q_CONV);
-            steps.push(step(Q_MEAN));
-            vec![cx.qdq(cx.mean(y, &dims, keepdim, false), Q_MEAN)]
+            steps.push(step(q_out(case)));
+            vec![cx.qdq(cx.mean(y, &dims, keepdim, false), q_out(case))]
         }
         Pattern::ConvMeanConv => {
             if q {
@@ -129,8 +129,8 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
             } else {
                 x
             };
-            steps.push(step(Q_MEAN));
-            vec![cx.qdq(g.adaptive_avg_pool2d(y, [1, 1]), Q_MEAN)]
+            steps.push(step(q_out(case)));
+            vec![cx.qdq(g.adaptive_avg_pool2d(y, [1, 1]), q_out(case))]
         }
         Pattern::SharedInput => {
             // Variant bit 1: the conv is defined (visited) before the mean.
@@ -139,9 +139,9 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
             if conv_first {
                 conv = Some(cx.conv(x, case.shape[1], conv_out(case), kernel(case)));
             }
-            let m = cx.qdq(cx.mean(x, &dims, keepdim, false), Q_MEAN);
+            let m = cx.qdq(cx.mean(x, &dims, keepdim, false), q_out(case));
             let c = conv.unwrap_or_else(|| cx.conv(x, case.shape[1], conv_out(case), kernel(case)));
-            steps.push(step(Q_MEAN));
+            steps.push(step(q_out(case)));
             steps.push(step(Q_CONV));
             vec![m, cx.qdq(c, Q_CONV)]
         }

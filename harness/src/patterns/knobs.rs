@@ -38,6 +38,33 @@ pub(super) fn check_case(case: &Case) -> Result<(), NotApplicable> {
         }
         _ => {}
     }
+    if let Some(q) = &case.qparams {
+        // One inexact quantize (the last): the tie rule of `oracle::outputs` is derived for
+        // that chain only.
+        let one_rounding = match case.pattern {
+            Pattern::Mean => case.variant & 1 == 0,
+            Pattern::AdaptivePool => !pool_conv(case),
+            _ => false,
+        };
+        if case.dtype != ElemType::Qs8 || !one_rounding {
+            return invalid_field(
+                "qparams",
+                "only qs8 `mean` (variant bit 0 clear) and `adaptive_pool` without conv (variant bit 1) take them",
+            );
+        }
+        for (name, p) in [("input", q.input), ("output", q.output)] {
+            let Some(p) = p else { continue };
+            if !(p.scale.is_finite() && p.scale >= f32::MIN_POSITIVE && (-128..=127).contains(&p.zero_point)) {
+                return invalid_field(
+                    &format!("qparams.{name}"),
+                    format!(
+                        "scale {} and zero point {}: a positive normal scale and -128..=127",
+                        p.scale, p.zero_point
+                    ),
+                );
+            }
+        }
+    }
     if case.dtype == ElemType::Qs8 && case.mean_dtype.is_some() {
         return invalid_field("mean_dtype", "qs8 cases take no dtype argument");
     }
@@ -181,7 +208,7 @@ pub(super) const EXACT_CONV_FAN_IN: usize = 1 << 9;
 /// mean count along the chain is a power of two (its `1/n` and requantization multiplier are
 /// exact) and every accumulation is short enough for exact f32 partial sums.
 pub fn qs8_exact(case: &Case, shape: &[usize], o: usize) -> bool {
-    if case.dtype != ElemType::Qs8 || shape.len() != case.shape.len() {
+    if case.dtype != ElemType::Qs8 || shape.len() != case.shape.len() || case.qparams.is_some() {
         return false;
     }
     let mean_ok = |n: usize| n.is_power_of_two() && n <= EXACT_MEAN_MAX;

@@ -20,7 +20,10 @@
 //!
 //! qs8 patterns use power-of-two scales and inputs on the input's quantization grid, so every
 //! quantize before the last one is exact in any correct implementation and the last one may
-//! differ by one step only, and by none when the mean counts are powers of two
+//! differ by one step only, and by none when the mean counts are powers of two. A case with
+//! a real quantizer's parameters (`qparams`, `mean` and `adaptive_pool` without conv: the
+//! input's quantize is exact on its grid whatever the scale) gets a magnitude twin (the mean
+//! of `|x|`) and a wide twin (the mean before the last quantize), for the tie rule.
 //!
 //! [`knobs`] reads the case's knobs, [`ctx`] is the builder, [`graph`] builds each
 //! pattern's graph, [`twins`] makes the twins' inputs, [`corrupt`] makes invalid cases.
@@ -55,6 +58,16 @@ pub const Q_W: QuantParams = QuantParams { scale: 0.015625, zero_point: 0 };
 /// Quantization of a conv's output.
 pub const Q_CONV: QuantParams = QuantParams { scale: 0.25, zero_point: 0 };
 
+/// The graph input's quantization: the case's (a real quantizer's), else [`Q_IN`].
+pub fn q_in(case: &Case) -> QuantParams {
+    case.qparams.and_then(|q| q.input).unwrap_or(Q_IN)
+}
+
+/// The output's quantization (after the mean or pool): the case's, else [`Q_MEAN`].
+pub fn q_out(case: &Case) -> QuantParams {
+    case.qparams.and_then(|q| q.output).unwrap_or(Q_MEAN)
+}
+
 /// What a case builds: the graph, and what its oracles need to know about it.
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -74,8 +87,12 @@ pub struct Built {
     pub ops: usize,
     /// qs8 cases: the quantization step of each output (the last quantize before it).
     pub out_step: Vec<Option<f32>>,
-    /// qs8 cases: the scale of the graph input's grid (inputs are snapped to it).
-    pub input_grid: Option<f32>,
+    /// qs8 cases: the graph input's quantization (inputs are snapped to its grid).
+    pub input_grid: Option<QuantParams>,
+    /// qs8 with a real quantizer's parameters (`Case::qparams`): the output's one quantize
+    /// is the only inexact step, judged per element by the tie rule of `oracle::outputs`,
+    /// from the magnitude twin and the wide twin (the value before that quantize).
+    pub ties: bool,
     /// The graph contains only GAP-eligible means (4-D, dims {2,3}, keepdim, no dtype
     /// argument, not bf16): its programs must be byte-identical across modes.
     pub gap_only: bool,
@@ -108,7 +125,8 @@ pub fn build(case: &Case) -> Result<Built, NotApplicable> {
         acc_len,
         ops,
         out_step,
-        input_grid: (case.dtype == ElemType::Qs8).then_some(Q_IN.scale),
+        input_grid: (case.dtype == ElemType::Qs8).then_some(q_in(case)),
+        ties: case.qparams.is_some() && case.invalid.is_none(),
         gap_only: is_gap_only(case),
     })
 }
@@ -120,7 +138,7 @@ impl Built {
     pub fn magnitude(&self, case: &Case) -> Option<&Graph> {
         self.twin
             .get_or_init(|| {
-                let wanted = case.invalid.is_none() && case.dtype != ElemType::Qs8;
+                let wanted = case.invalid.is_none() && (case.dtype != ElemType::Qs8 || self.ties);
                 wanted.then(|| build_graph(case, Kind::Magnitude).ok().map(|(g, _)| g)).flatten()
             })
             .as_ref()
@@ -132,7 +150,9 @@ impl Built {
     /// `oracle::outputs`). Only for [`Built::rounds_once`] cases; built on first use.
     pub fn wide(&self, case: &Case) -> Option<&Graph> {
         self.wide
-            .get_or_init(|| self.rounds_once.then(|| build_graph(case, Kind::Wide).ok().map(|(g, _)| g)).flatten())
+            .get_or_init(|| {
+                (self.rounds_once || self.ties).then(|| build_graph(case, Kind::Wide).ok().map(|(g, _)| g)).flatten()
+            })
             .as_ref()
     }
 }
@@ -207,7 +227,7 @@ mod tests {
             let b = build(&c).unwrap();
             assert!(b.graph.nodes.iter().any(|n| matches!(n.op, Op::Quantize(_))));
             assert_eq!(b.out_step[0], Some(Q_MEAN.scale));
-            assert_eq!(b.input_grid, Some(Q_IN.scale));
+            assert_eq!(b.input_grid, Some(Q_IN));
         }
         let mut c = case(Pattern::RmsNorm, &[2, 8]);
         c.dtype = ElemType::Qs8;

@@ -23,7 +23,17 @@ pub fn convert(ctx: &Ctx, x: View, out: ViewMut, q: Option<Quant>) -> Result<(),
             ctx.par_chunks(o, bytes, 256, false, |s, c| simd::f16_to_f32(isa, &x[s..s + c.len()], c))
         }
         (View::F32(x), ViewMut::Bf16(o)) => ctx.par_chunks(o, bytes, 256, false, |s, c| {
-            simd::f32_to_bf16(isa, &x[s..s + c.len()], simd::bf16_bits_mut(c))
+            simd::f32_to_bf16(isa, &x[s..s + c.len()], simd::bf16_bits_mut(c));
+            #[cfg(feature = "mutants")]
+            if crate::mutants::is_active(crate::mutants::Mutant::Bf16Truncates) {
+                // Seeded bug: the high half of the f32 bits, rounded toward zero (NaN stays NaN).
+                let n = c.len();
+                for (o, v) in c.iter_mut().zip(&x[s..s + n]) {
+                    if !v.is_nan() {
+                        *o = half::bf16::from_bits((v.to_bits() >> 16) as u16);
+                    }
+                }
+            }
         }),
         (View::Bf16(x), ViewMut::F32(o)) => {
             ctx.par_chunks(o, bytes, 256, false, |s, c| simd::bf16_to_f32(isa, simd::bf16_bits(&x[s..s + c.len()]), c))

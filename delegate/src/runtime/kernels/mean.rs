@@ -131,6 +131,13 @@ fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, st: &[usize; 6], scale: f
                     *p = simd::sum_rows_f32(isa, x, &pieces[s + k], term);
                 }
             });
+            // Seeded bug (`MeanSplitThreePlus`): only the first two partial sums are added, as
+            // when the split had one piece per thread of a 2-thread pool.
+            #[cfg(feature = "mutants")]
+            let partial = match crate::mutants::is_active(crate::mutants::Mutant::MeanSplitThreePlus) {
+                true => &partial[..partial.len().min(2)],
+                false => &partial[..],
+            };
             *slot = partial.iter().sum::<f32>() * scale;
         }
         return;

@@ -60,7 +60,16 @@ pub struct Tolerance {
     /// The output's last op is its only rounding below fp32: the rounding-mode rule applies
     /// to fp16/bf16 outputs (see the parent module's docs).
     pub rounds_once: bool,
+    /// qs8 under a real quantizer's parameters: one step only where the value before the
+    /// last quantize (the wide twin) is near a rounding boundary, none elsewhere (the tie
+    /// rule of the parent module's docs).
+    pub ties: bool,
 }
+
+/// The tie rule's margin in units of `u` times the magnitude in steps: the reference's
+/// value before rounding is within `4 u B` of the exact one, the wide twin's quotient within
+/// `2 u B`, and a correct f32 requantization within `10 u B` (ours and XNNPACK's: 5).
+pub const TIE_MARGIN: f64 = 16.0;
 
 impl Tolerance {
     /// Whether f32 accumulation may legitimately overflow for an output of magnitude `m`:
@@ -100,9 +109,10 @@ impl Tolerance {
     pub fn bound(&self, out: ElemType, r: f64, m: f64) -> f64 {
         if let Some(s) = self.step {
             // Dequantized values are exact multiples of the step: allow one step (none when
-            // exact), plus a hair for the f32 dequantize multiply.
-            let steps = if self.exact { 0.0 } else { 1.0 };
-            return steps * s as f64 * (1.0 + 1e-6) + r.abs() * 2f64.powi(-23);
+            // exact, or under the tie rule away from a boundary), plus a hair for the f32
+            // dequantize multiply.
+            let steps = if self.exact || self.ties { 0.0 } else { 1.0 };
+            return steps_bound(s, steps, r);
         }
         let (c1, c2) = self.coefficients();
         c1 * m + c2 * m + ulp(out, r)
@@ -111,6 +121,30 @@ impl Tolerance {
     /// Whether the rounding-mode rule applies to an output of dtype `out`.
     fn rounding_rule(&self, out: ElemType) -> bool {
         self.rounds_once && self.step.is_none() && matches!(out, ElemType::F16 | ElemType::Bf16)
+    }
+}
+
+/// `steps` quantization steps of `s` at a dequantized value `r`.
+fn steps_bound(s: f32, steps: f64, r: f64) -> f64 {
+    steps * s as f64 * (1.0 + 1e-6) + r.abs() * 2f64.powi(-23)
+}
+
+/// The tie rule: the steps a qs8 output element may be off, from `w`, the value before the
+/// last quantize of step `s` (the wide twin), and `m`, its magnitude (the magnitude twin):
+/// one when a rounding boundary (a half-integer of `w / s`) lies within
+/// `TIE_MARGIN u m / s` of `w / s`, none otherwise; one when either is missing.
+pub fn tie_steps(s: f32, w: Option<f64>, m: Option<f64>) -> f64 {
+    let (Some(w), Some(m)) = (w, m) else { return 1.0 };
+    if !(w.is_finite() && m.is_finite()) {
+        return 1.0;
+    }
+    let t = w / s as f64;
+    let boundary = t.floor() + 0.5;
+    let margin = TIE_MARGIN * 2f64.powi(-24) * m.max(w.abs()) / s as f64;
+    if (t - boundary).abs() <= margin {
+        1.0
+    } else {
+        0.0
     }
 }
 
@@ -238,7 +272,7 @@ struct Rule<'e> {
 impl<'e> Rule<'e> {
     fn new(tol: &'e Tolerance, out: ElemType, ev: &'e dyn Evidence) -> Rule<'e> {
         let (c1, c2) = tol.coefficients();
-        let mag = if tol.step.is_none() { ev.magnitude() } else { None };
+        let mag = if tol.step.is_none() || tol.ties { ev.magnitude() } else { None };
         Rule { tol, out, ev, mag, c1, c2, divisor: tol.floor_divisor(), rounding: tol.rounding_rule(out) }
     }
 
@@ -252,8 +286,14 @@ impl<'e> Rule<'e> {
             return (!nonfinite_close(i, r, g, self.ev, tol)).then_some(Miss::NotFinite);
         }
         let d = (g - r).abs();
-        if tol.step.is_some() {
-            let bound = tol.bound(out, r, r.abs());
+        if let Some(s) = tol.step {
+            let bound = match tol.ties && !tol.exact && d > tol.bound(out, r, r.abs()) {
+                true => {
+                    let wide = self.ev.wide().and_then(|w| w.get(i).copied());
+                    steps_bound(s, tie_steps(s, wide, self.mag.and_then(|m| m.get(i).copied())), r)
+                }
+                false => tol.bound(out, r, r.abs()),
+            };
             return (d > bound).then_some(Miss::Beyond { bound, m: r.abs() });
         }
         // The twin's magnitude, never below the floor |r| / divisor (no larger than the true
@@ -477,7 +517,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn tol(acc_len: usize, ops: usize, compute: ElemType) -> Tolerance {
-        Tolerance { acc_len, ops, compute, step: None, exact: false, rounds_once: false }
+        Tolerance { acc_len, ops, compute, step: None, exact: false, rounds_once: false, ties: false }
     }
 
     fn twin(m: Vec<f64>, peak: f64) -> Given {
@@ -715,7 +755,7 @@ mod tests {
                         let gt = Tensor::from_f64(&[n], dt, None, &g);
                         let ev = Given { magnitude: has_twin.then_some(m), peak, wide: has_wide.then_some(w) };
                         let compute = if step.is_some() { ElemType::F32 } else { dt };
-                        let tol = Tolerance { acc_len, ops, compute, step, exact: false, rounds_once };
+                        let tol = Tolerance { acc_len, ops, compute, step, exact: false, rounds_once, ties: false };
                         (rt, gt, ev, tol)
                     },
                 )
