@@ -41,7 +41,7 @@ fn torch_int8_cases_match_torch() {
         assert_eq!(got.len(), want.len(), "{}", case.label());
         for i in 0..got.len() {
             let ours = (got[i] / q.scale as f64).round() as i64 + q.zero_point as i64;
-            let steps = tie_steps(q.scale, Some(w[i]), Some(m[i]));
+            let steps = tie_steps(q.scale, built.acc_len, Some(w[i]), Some(m[i]));
             near_ties += steps as usize;
             assert!(
                 (ours - want[i]).abs() as f64 <= steps,

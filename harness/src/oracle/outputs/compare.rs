@@ -66,9 +66,10 @@ pub struct Tolerance {
     pub ties: bool,
 }
 
-/// The tie rule's margin in units of `u` times the magnitude in steps: the reference's
-/// value before rounding is within `4 u B` of the exact one, the wide twin's quotient within
-/// `2 u B`, and a correct f32 requantization within `10 u B` (ours and XNNPACK's: 5).
+/// The tie rule's margin in units of `u` times the magnitude in steps, besides the f32
+/// summation's `L u B`: the reference's value before rounding is within `4 u B` of the exact
+/// one, the wide twin's quotient within `2 u B`, and a correct f32 requantization within
+/// `10 u B` (ours and XNNPACK's: 5).
 pub const TIE_MARGIN: f64 = 16.0;
 
 impl Tolerance {
@@ -131,21 +132,19 @@ fn steps_bound(s: f32, steps: f64, r: f64) -> f64 {
 
 /// The tie rule: the steps a qs8 output element may be off, from `w`, the value before the
 /// last quantize of step `s` (the wide twin), and `m`, its magnitude (the magnitude twin):
-/// one when a rounding boundary (a half-integer of `w / s`) lies within
-/// `TIE_MARGIN u m / s` of `w / s`, none otherwise; one when either is missing.
-pub fn tie_steps(s: f32, w: Option<f64>, m: Option<f64>) -> f64 {
+/// the rounding boundaries (half-integers of `w / s`) within `(acc_len + TIE_MARGIN) u m / s`
+/// of `w / s` (one near a tie, none elsewhere); one when either is missing.
+pub fn tie_steps(s: f32, acc_len: usize, w: Option<f64>, m: Option<f64>) -> f64 {
     let (Some(w), Some(m)) = (w, m) else { return 1.0 };
     if !(w.is_finite() && m.is_finite()) {
         return 1.0;
     }
     let t = w / s as f64;
-    let boundary = t.floor() + 0.5;
-    let margin = TIE_MARGIN * 2f64.powi(-24) * m.max(w.abs()) / s as f64;
-    if (t - boundary).abs() <= margin {
-        1.0
-    } else {
-        0.0
-    }
+    let margin = (acc_len as f64 + TIE_MARGIN) * 2f64.powi(-24) * m.max(w.abs()) / s as f64;
+    // Both sides round a value within `margin` of `t`: as many steps apart as there are
+    // boundaries in `[t - margin, t + margin]` (one near a tie; more only for sums so long
+    // that the f32 summation bound exceeds a step).
+    ((t + margin + 0.5).floor() - (t - margin + 0.5).floor()).max(0.0)
 }
 
 /// What the comparison of one output may ask for besides the two tensors. Each is computed
@@ -299,7 +298,7 @@ impl<'e> Rule<'e> {
             let bound = match tol.ties && !tol.exact && d > tol.bound(out, r, r.abs()) {
                 true => {
                     let wide = self.ev.wide().and_then(|w| w.get(i).copied());
-                    steps_bound(s, tie_steps(s, wide, self.mag.and_then(|m| m.get(i).copied())), r)
+                    steps_bound(s, tie_steps(s, tol.acc_len, wide, self.mag.and_then(|m| m.get(i).copied())), r)
                 }
                 false => tol.bound(out, r, r.abs()),
             };
