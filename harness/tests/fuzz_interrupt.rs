@@ -21,9 +21,8 @@ fn an_interrupt_keeps_the_failure_found_and_stops_the_campaign() {
     // `<oracle>-<hash>.json` in the folder itself, not the `.in-flight/` folder that every
     // worker creates there before its first case.
     let saved = |dir: &std::path::Path| {
-        std::fs::read_dir(dir).is_ok_and(|d| {
-            d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "json") && e.path().is_file())
-        })
+        std::fs::read_dir(dir)
+            .is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "json") && e.path().is_file()))
     };
     let watcher = {
         let (dir, flag) = (dir.clone(), flag.clone());
