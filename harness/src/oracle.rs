@@ -284,6 +284,7 @@ pub struct RefRun<'a> {
     twin: std::cell::OnceCell<Option<Twin>>,
     peak: std::cell::OnceCell<f64>,
     wide: std::cell::OnceCell<Option<Wide>>,
+    reach: std::cell::OnceCell<Option<Wide>>,
 }
 
 impl RefRun<'_> {
@@ -319,6 +320,31 @@ impl RefRun<'_> {
                 self.outputs.as_ref().ok()?;
                 let g = self.built.wide(self.case)?;
                 let outs = engine::reference(g, &patterns::wide_inputs(&self.inputs), self.interp).ok()?;
+                Some(outs.iter().map(|t| t.values_f64()).collect())
+            })
+            .as_ref()?
+            .get(o)
+            .map(|v| v.as_slice())
+    }
+
+    /// The NaN-reach twin's output `o` as f64: the magnitude twin's graph on its inputs with
+    /// every NaN kept and every other value zeroed, so NaN exactly where a NaN input reaches
+    /// (its clamps to `λ` keep every rsqrt finite; an infinity or an overflow of the twin
+    /// never appears). Evaluated once, only when some NaN of the reference meets an infinity.
+    pub fn nan_reach_values(&self, o: usize) -> Option<&[f64]> {
+        self.reach
+            .get_or_init(|| {
+                self.outputs.as_ref().ok()?;
+                let g = self.built.magnitude(self.case)?;
+                let inputs: Vec<Tensor> = patterns::magnitude_inputs(self.case, &self.inputs)
+                    .iter()
+                    .map(|t| {
+                        let v: Vec<f64> =
+                            t.values_f64().into_iter().map(|x| if x.is_nan() { x } else { 0.0 }).collect();
+                        Tensor::from_f64(&t.shape, t.dtype(), None, &v).to_format(t.format)
+                    })
+                    .collect();
+                let outs = engine::reference(g, &inputs, self.interp).ok()?;
                 Some(outs.iter().map(|t| t.values_f64()).collect())
             })
             .as_ref()?
@@ -437,8 +463,8 @@ pub fn reference_runs<'a>(
         }
         let inputs = case_inputs(case, built, r, &shapes)?;
         let outputs = engine::reference(&built.graph, &inputs, interp);
-        let (values, twin, peak, wide) = Default::default();
-        runs.push(RefRun { shapes, inputs, outputs, case, built, interp, values, twin, peak, wide });
+        let (values, twin, peak, wide, reach) = Default::default();
+        runs.push(RefRun { shapes, inputs, outputs, case, built, interp, values, twin, peak, wide, reach });
     }
     Ok(runs)
 }

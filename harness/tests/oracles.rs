@@ -60,7 +60,7 @@ fn check(dt: ElemType, sizes: &[usize], positive: bool) {
         // fp16/bf16: the rounding-mode rule applies too (a bare mean rounds once).
         let wide = built.wide(&case).map(|w| reference::eval::run(w, &wide_inputs(&[input])).unwrap()[0].values_f64());
         assert!(wide.is_some(), "a bare mean has a wide twin");
-        let ev = Given { magnitude: Some(mag.values_f64()), peak: 0.0, wide };
+        let ev = Given { magnitude: Some(mag.values_f64()), peak: 0.0, wide, nan_reach: None };
         let tol = tolerance(&case, &built, 0, &case.shape);
         for order in orders() {
             let ok = simulated_mean(&xs, rows, n, &order, n, None, dt);
@@ -177,7 +177,7 @@ fn a_truncating_fp16_or_bf16_conversion_fails_in_the_normal_range() {
             let wide = reference::eval::run(built.wide(&case).unwrap(), &wide_inputs(std::slice::from_ref(&input)))
                 .unwrap()[0]
                 .values_f64();
-            let ev = Given { magnitude: Some(mag.clone()), peak: 0.0, wide: Some(wide) };
+            let ev = Given { magnitude: Some(mag.clone()), peak: 0.0, wide: Some(wide), nan_reach: None };
             let tol = tolerance(&case, &built, 0, &case.shape);
             // The delegate's f32 mean, then the conversion to `dt`.
             let xs: Vec<f32> = input.values_f64().iter().map(|&v| v as f32).collect();
@@ -204,4 +204,23 @@ fn a_truncating_fp16_or_bf16_conversion_fails_in_the_normal_range() {
             assert!(compare_plain(want, &truncated, &no_rule, &tol).is_none(), "{dt} n={n}");
         }
     }
+}
+
+/// The NaN-reach twin is NaN exactly where a NaN input reaches, unlike the magnitude twin,
+/// which is also NaN where its own overflow meets a zero weight (full-matrix seed 20261207,
+/// case 1958557: real XNNPACK's +inf for the reference's overflow NaN at [3,3,1,3], run 2).
+#[test]
+fn the_nan_reach_twin_tells_a_nan_input_from_the_twins_own_overflow() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../corpora/regressions/xnnpack-fp32-inf-for-nan.json");
+    let case = Case::read_file(std::path::Path::new(path)).unwrap().remove(0);
+    let built = build(&case).unwrap();
+    let runs = harness::oracle::reference_runs(&case, &built, harness::engine::Interpreter::Plain).unwrap();
+    let run = &runs[2];
+    let (r, m, reach) = (run.values(0).unwrap(), run.magnitude_values(0).unwrap(), run.nan_reach_values(0).unwrap());
+    // [3,3,1,3] of [4,4,9,8], logical order.
+    let i = ((3 * 4 + 3) * 9 + 1) * 8 + 3;
+    assert!(r[i].is_nan() && m[i].is_nan() && !reach[i].is_nan(), "{} {} {}", r[i], m[i], reach[i]);
+    // The case's NaN inputs do reach other outputs, and there the reference is NaN too.
+    let reached = (0..r.len()).filter(|&j| reach[j].is_nan()).collect::<Vec<_>>();
+    assert!(!reached.is_empty() && reached.iter().all(|&j| r[j].is_nan() && m[j].is_nan()));
 }

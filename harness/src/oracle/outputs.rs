@@ -52,7 +52,14 @@
 //!   overflows where the exact sum does not; every f32 implementation, XNNPACK's included,
 //!   does that, and the infinity then propagates as either sign or NaN). Likewise a NaN the
 //!   reference gets from opposite infinities may then come out as either infinity, unless a
-//!   NaN value reaches the output (the magnitude twin is NaN there: only NaN will do).
+//!   NaN input value reaches the output: then only NaN will do. Where a NaN input reaches is
+//!   what the NaN-reach twin says (the magnitude twin's graph on the inputs with every NaN
+//!   kept and every other value zeroed: no infinity, no overflow, and its clamps to `λ` keep
+//!   every rsqrt finite, so NaN exactly where a NaN input flows). The magnitude twin itself
+//!   cannot tell: it is NaN also where its own f32 overflow meets a zero weight (full-matrix
+//!   seed 20261207, conv_mean_conv fp32 [4,8,9,8] with max-finite inputs: one conv window's
+//!   sum overflows to -inf in the reference and, in XNNPACK's FMA order, to +inf; the second
+//!   conv then gives NaN and +inf).
 //!   An infinite reference value whose magnitude `M` is finite is an overflow of the
 //!   reference's one rounding, not an infinity of the data: the exact value `e` is finite
 //!   with `T <= |e| <= M`, where `T = F + ulp(F)/2` (`F` the largest finite value: 65504 and
@@ -166,6 +173,9 @@ impl Evidence for RunEvidence<'_, '_> {
     }
     fn wide(&self) -> Option<&[f64]> {
         self.run.wide_values(self.o)
+    }
+    fn nan_reach(&self) -> Option<&[f64]> {
+        self.run.nan_reach_values(self.o)
     }
 }
 

@@ -46,6 +46,9 @@ impl Evidence for RunEvidence<'_, '_> {
     fn wide(&self) -> Option<&[f64]> {
         self.run.wide_values(self.o)
     }
+    fn nan_reach(&self) -> Option<&[f64]> {
+        self.run.nan_reach_values(self.o)
+    }
 }
 
 /// What real XNNPACK did with one lowered program.

@@ -37,6 +37,13 @@ impl Rows {
         assert!(self.end().is_some_and(|e| e <= slice_len), "rows {self:?} exceed a buffer of {slice_len}");
     }
 
+    /// The rows' start offsets, in [`Rows::for_each`]'s order (a plain iterator, for the
+    /// multiversioned bodies: see `sum_rows_i8`).
+    #[inline(always)]
+    fn offsets(&self) -> Offsets {
+        Offsets { rows: *self, idx: [0; 3], done: self.count() == 0 }
+    }
+
     #[inline(always)]
     fn for_each(&self, mut f: impl FnMut(usize)) {
         for a in 0..self.n[0] {
@@ -46,6 +53,41 @@ impl Rows {
                 }
             }
         }
+    }
+}
+
+/// See [`Rows::offsets`]: an odometer over the three row counts.
+struct Offsets {
+    rows: Rows,
+    idx: [usize; 3],
+    done: bool,
+}
+
+impl Iterator for Offsets {
+    type Item = usize;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        if self.done {
+            return None;
+        }
+        let (r, i) = (&self.rows, self.idx);
+        let off = r.base + i[0] * r.st[0] + i[1] * r.st[1] + i[2] * r.st[2];
+        // Advance the innermost count first, carrying outwards.
+        let mut k = 3;
+        loop {
+            if k == 0 {
+                self.done = true;
+                break;
+            }
+            k -= 1;
+            self.idx[k] += 1;
+            if self.idx[k] < r.n[k] {
+                break;
+            }
+            self.idx[k] = 0;
+        }
+        Some(off)
     }
 }
 
@@ -519,11 +561,13 @@ mod x86 {
 
 multiversion! {
     /// Sum of rows of int8 values in int32 (exact for fewer than 2^24 elements per output).
+    /// Plain loops, not `Rows::for_each`: a closure made in the multiversioned body is
+    /// compiled for the baseline, not for the body's instruction set.
     pub fn sum_rows_i8(x: &[i8], rows: &Rows) -> i32 {
         rows.check(x.len());
         let mut acc = [0i32; 32];
         let mut tail = 0i32;
-        rows.for_each(|off| {
+        for off in rows.offsets() {
             let row = &x[off..off + rows.len];
             let mut it = row.chunks_exact(32);
             for c in &mut it {
@@ -534,7 +578,7 @@ multiversion! {
             for &v in it.remainder() {
                 tail += v as i32;
             }
-        });
+        }
         acc.iter().sum::<i32>() + tail
     }
 }
@@ -546,12 +590,12 @@ multiversion! {
         let width = rows.len;
         let out = &mut out[..width];
         out.fill(0);
-        rows.for_each(|off| {
+        for off in rows.offsets() {
             let r = &x[off..off + width];
             for j in 0..width {
                 out[j] += r[j] as i32;
             }
-        });
+        }
     }
 }
 
@@ -559,6 +603,38 @@ multiversion! {
 mod tests {
     use super::*;
     use crate::runtime::simd::available_isas;
+
+    #[test]
+    fn offsets_walk_the_rows_in_for_each_order() {
+        for n in [[2, 3, 4], [1, 1, 1], [3, 1, 2], [0, 2, 2], [2, 0, 1]] {
+            let rows = Rows { base: 7, n, st: [100, 10, 1], len: 1 };
+            let mut want = vec![];
+            rows.for_each(|o| want.push(o));
+            assert_eq!(rows.offsets().collect::<Vec<_>>(), want, "{n:?}");
+        }
+    }
+
+    #[test]
+    fn int8_sums_are_exact_on_every_isa() {
+        let x: Vec<i8> = (0..5000).map(|i| ((i * 7919) % 256) as u8 as i8).collect();
+        for len in [1, 31, 32, 33, 100, 257] {
+            let rows = Rows { base: 3, n: [2, 3, 2], st: [len * 7 + 3, len * 2 + 1, len + 1], len };
+            let mut want = 0i32;
+            let mut cols = vec![0i32; len];
+            rows.for_each(|off| {
+                for j in 0..len {
+                    want += x[off + j] as i32;
+                    cols[j] += x[off + j] as i32;
+                }
+            });
+            for isa in available_isas() {
+                assert_eq!(sum_rows_i8(isa, &x, &rows), want, "{} len {len}", isa.name());
+                let mut out = vec![0i32; len];
+                col_sums_i8(isa, &x, &rows, &mut out);
+                assert_eq!(out, cols, "{} len {len}", isa.name());
+            }
+        }
+    }
 
     #[test]
     fn row_and_column_sums_agree_across_isas() {

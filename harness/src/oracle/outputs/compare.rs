@@ -125,6 +125,11 @@ pub trait Evidence {
     /// The wide twin's values of this output (`None` where the rounding-mode rule does not
     /// apply or the twin failed: the rule is then not checked).
     fn wide(&self) -> Option<&[f64]>;
+    /// The NaN-reach twin's values of this output: NaN exactly where a NaN input value
+    /// reaches the element (see the parent module's docs, NaN and infinities). `None`: the
+    /// magnitude twin's NaN stands in, which is also NaN where an overflowed infinity of the
+    /// twin meets a zero.
+    fn nan_reach(&self) -> Option<&[f64]>;
 }
 
 /// Evidence given up front (tests, engines that bring their own).
@@ -133,6 +138,7 @@ pub struct Given {
     pub magnitude: Option<Vec<f64>>,
     pub peak: f64,
     pub wide: Option<Vec<f64>>,
+    pub nan_reach: Option<Vec<f64>>,
 }
 
 impl Evidence for Given {
@@ -144,6 +150,9 @@ impl Evidence for Given {
     }
     fn wide(&self) -> Option<&[f64]> {
         self.wide.as_deref()
+    }
+    fn nan_reach(&self) -> Option<&[f64]> {
+        self.nan_reach.as_deref()
     }
 }
 
@@ -320,9 +329,12 @@ fn nonfinite_close(i: usize, r: f64, g: f64, ev: &dyn Evidence, tol: &Tolerance)
     if r.is_nan() {
         // A NaN made of opposite infinities that f32 overflow produced may come out as one
         // infinity when the partial sums overflow in another order (the mirror of the case
-        // below). The twin's magnitude is NaN where a NaN value reaches the output: then
-        // only NaN will do.
-        g.is_nan() || (g.is_infinite() && twin().is_some_and(|m| !m.is_nan()) && may_overflow())
+        // below). Where a NaN input value reaches the output, only NaN will do.
+        let nan_reaches = match ev.nan_reach() {
+            Some(reach) => reach.get(i).is_none_or(|v| v.is_nan()),
+            None => twin().is_none_or(f64::is_nan),
+        };
+        g.is_nan() || (g.is_infinite() && twin().is_some() && !nan_reaches && may_overflow())
     } else if r.is_infinite() {
         // Once some partial sum may overflow, an infinite result may come out as the other
         // infinity or NaN (inf - inf) downstream.
@@ -481,7 +493,7 @@ mod tests {
     }
 
     fn twin(m: Vec<f64>, peak: f64) -> Given {
-        Given { magnitude: Some(m), peak, wide: None }
+        Given { magnitude: Some(m), peak, wide: None, nan_reach: None }
     }
 
     #[test]
@@ -539,6 +551,29 @@ mod tests {
     }
 
     #[test]
+    fn a_twin_nan_from_its_own_overflow_is_not_a_nan_input() {
+        // (full-matrix seed 20261207, case 1958557, `corpora/regressions/xnnpack-fp32-inf-for-nan.json`:
+        // conv_mean_conv fp32 with max-finite inputs; the first conv's f32 twin overflows to
+        // +inf and a zero weight of the second conv makes it NaN, though no NaN input reaches
+        // the element; the reference's NaN comes out +inf on real XNNPACK.)
+        let tol = tol(64, 3, ElemType::F32);
+        let r = Tensor::f32(&[2], vec![f32::NAN, 1.0]);
+        let g = Tensor::f32(&[2], vec![f32::INFINITY, 1.0]);
+        let ev = |reach: Option<Vec<f64>>, peak| Given { nan_reach: reach, ..twin(vec![f64::NAN, 1.0], peak) };
+        // The reach twin says no NaN input reaches it, and a partial sum may overflow.
+        assert!(compare(&r, None, &g, &ev(Some(vec![0.0, 0.0]), 1.0e38), &tol).is_none());
+        // A NaN input reaches it: only NaN will do.
+        assert!(compare(&r, None, &g, &ev(Some(vec![f64::NAN, 0.0]), 1.0e38), &tol).is_some());
+        // No partial sum can overflow: the NaN is the data's, whatever reaches.
+        assert!(compare(&r, None, &g, &ev(Some(vec![0.0, 0.0]), 1.0), &tol).is_some());
+        // Without the reach twin the magnitude twin's NaN stands in (conservative).
+        assert!(compare(&r, None, &g, &ev(None, 1.0e38), &tol).is_some());
+        // And a finite value for the NaN never passes.
+        let finite = Tensor::f32(&[2], vec![1.0, 1.0]);
+        assert!(compare(&r, None, &finite, &ev(Some(vec![0.0, 0.0]), 1.0e38), &tol).is_some());
+    }
+
+    #[test]
     fn an_infinity_from_the_references_rounding_may_come_out_as_the_largest_finite_value() {
         // (fuzz seed 8, `shared_input` fp16 [32, 1, 2, 7]: the reference's exact conv sum
         // rounds past 65520 to +inf, real XNNPACK's f32 sum lands just below and gives 65504.)
@@ -583,6 +618,9 @@ mod tests {
         fn wide(&self) -> Option<&[f64]> {
             self.0.wide()
         }
+        fn nan_reach(&self) -> Option<&[f64]> {
+            self.0.nan_reach()
+        }
     }
 
     #[test]
@@ -626,7 +664,7 @@ mod tests {
         let r = Tensor::from_f64(&[1], ElemType::F16, None, &[exact]);
         assert_eq!(r.values_f64()[0], 1.0 + ulp1);
         let truncated = Tensor::from_f64(&[1], ElemType::F16, None, &[1.0]);
-        let ev = |w: f64| Given { magnitude: Some(vec![exact]), peak: 0.0, wide: Some(vec![w]) };
+        let ev = |w: f64| Given { magnitude: Some(vec![exact]), peak: 0.0, wide: Some(vec![w]), nan_reach: None };
         // Within the general fp16 bound (one ulp plus 2 k u_c M)...
         assert!(compare_plain(&r, &truncated, &Given::default(), &tol).is_none());
         // ...but 0.7 ulp from the exact value, more than half an ulp plus the f32 bound.
@@ -713,7 +751,12 @@ mod tests {
                         }
                         let rt = Tensor::from_f64(&[n], dt, None, &r);
                         let gt = Tensor::from_f64(&[n], dt, None, &g);
-                        let ev = Given { magnitude: has_twin.then_some(m), peak, wide: has_wide.then_some(w) };
+                        let ev = Given {
+                            magnitude: has_twin.then_some(m),
+                            peak,
+                            wide: has_wide.then_some(w),
+                            nan_reach: None,
+                        };
                         let compute = if step.is_some() { ElemType::F32 } else { dt };
                         let tol = Tolerance { acc_len, ops, compute, step, exact: false, rounds_once };
                         (rt, gt, ev, tol)
