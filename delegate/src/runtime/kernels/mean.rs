@@ -227,14 +227,59 @@ pub fn mean(
                 (_, o) => o,
             };
             let Scratch { a, b, .. } = scratch;
-            let xf = to_f32(ctx, x, a)?;
             let n_out = o.len();
+            if let Some(()) = rows_f16_tiled(ctx, x, shape, axes, b, n_out)? {
+                return from_f32(ctx, &b[..n_out], o);
+            }
+            let xf = to_f32(ctx, x, a)?;
             let of = sized_for_overwrite(b, n_out); // mean_f32 writes every output
             mean_f32(ctx, xf, shape, axes, of)?;
             from_f32(ctx, of, o)
         }
         (x, o) => Err(format!("no mean from {} to {}", x.type_name(), o.type_name())),
     }
+}
+
+/// Elements widened per tile in [`rows_f16_tiled`] (16 KiB of f32: stays in L1/L2).
+const TILE: usize = 4096;
+
+/// The mean of fp16/bf16 rows `[outputs, len]` (a last-dim mean) into `out` (f32, sized
+/// here), widening a tile of rows at a time into a stack buffer rather than the whole input
+/// into scratch: the same `row_sums_f32` on the same f32 values, so the same bits, without
+/// writing and rereading an f32 copy of the input. `None` where the layout is another one,
+/// a row is longer than a tile, or there are fewer outputs than threads (`contiguous_f32`
+/// then splits rows).
+fn rows_f16_tiled(
+    ctx: &Ctx,
+    x: View,
+    shape: &[usize],
+    axes: &[usize],
+    out: &mut Vec<f32>,
+    n_out: usize,
+) -> Result<Option<()>, String> {
+    let r = normalize(shape, axes);
+    check_sizes(&r, x.len(), n_out)?;
+    let len = r.shape[5];
+    if !(r.contiguous && r.shape[1] == 1 && r.shape[3] == 1) || len == 0 || len > TILE || n_out < ctx.pool.threads() {
+        return Ok(None);
+    }
+    let (isa, scale, per) = (ctx.isa, scale_of(r.n), TILE / len);
+    // Widens `buf.len()` elements from `from`.
+    let widen: &(dyn Fn(usize, &mut [f32]) + Sync) = match x {
+        View::F16(h) => &move |from, buf| simd::f16_to_f32(isa, &h[from..from + buf.len()], buf),
+        View::Bf16(b) => &move |from, buf| simd::bf16_to_f32(isa, simd::bf16_bits(&b[from..from + buf.len()]), buf),
+        _ => return Ok(None),
+    };
+    let o = sized_for_overwrite(out, n_out); // every output is written below
+    ctx.par_chunks(o, x.len() * 4, 1, true, |start, chunk| {
+        let mut buf = [0f32; TILE];
+        for (c, outs) in chunk.chunks_mut(per).enumerate() {
+            let n = outs.len() * len;
+            widen((start + c * per) * len, &mut buf[..n]);
+            simd::row_sums_f32(isa, &buf[..n], 0, len, scale, outs, Term::Value);
+        }
+    });
+    Ok(Some(()))
 }
 
 /// Seeded bug: fp16 sums kept in fp16 (loses precision on long rows).
@@ -326,6 +371,39 @@ fn mean_qs8(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::pool::Pool;
+    use crate::runtime::simd::available_isas;
+
+    #[test]
+    fn tiled_half_means_are_bit_identical_to_widening_the_whole_input() {
+        for (rows, len) in [(1, 1), (3, 7), (128, 128), (5, 2048), (2, 4096), (3, 5000), (1, 300), (9, 33)] {
+            let n = rows * len;
+            let vals: Vec<f32> = (0..n).map(|i| ((i * 7919 % 2003) as f32 - 1001.0) * 0.0137).collect();
+            let h: Vec<half::f16> = vals.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let b: Vec<half::bf16> = vals.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            for isa in available_isas() {
+                for threads in [1, 2, 3] {
+                    let pool = Pool::new(threads, ThreadPolicy::CostModel).unwrap();
+                    let ctx = Ctx { isa, pool: &pool };
+                    let mut scratch = Scratch::default();
+                    let (mut oh, mut ob) = (vec![half::f16::ZERO; rows], vec![half::bf16::ZERO; rows]);
+                    mean(&ctx, View::F16(&h), &[rows, len], &[1], ViewMut::F16(&mut oh), None, &mut scratch).unwrap();
+                    mean(&ctx, View::Bf16(&b), &[rows, len], &[1], ViewMut::Bf16(&mut ob), None, &mut scratch).unwrap();
+                    // The whole input widened, then the f32 mean, then narrowed.
+                    let (wh, wb): (Vec<f32>, Vec<f32>) =
+                        (h.iter().map(|v| v.to_f32()).collect(), b.iter().map(|v| v.to_f32()).collect());
+                    let (mut fh, mut fb) = (vec![0f32; rows], vec![0f32; rows]);
+                    mean_f32(&ctx, &wh, &[rows, len], &[1], &mut fh).unwrap();
+                    mean_f32(&ctx, &wb, &[rows, len], &[1], &mut fb).unwrap();
+                    for r in 0..rows {
+                        let at = format!("{} t{threads} [{rows}, {len}] row {r}", isa.name());
+                        assert_eq!(oh[r].to_bits(), half::f16::from_f32(fh[r]).to_bits(), "f16 {at}");
+                        assert_eq!(ob[r].to_bits(), half::bf16::from_f32(fb[r]).to_bits(), "bf16 {at}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn normalization_merges_like_xnnpack() {
