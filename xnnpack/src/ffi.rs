@@ -765,6 +765,14 @@ impl Runtime {
     }
 }
 
+// `setpriority(2)` from the C library (which `std` links): only for
+// `ThreadPool::new_low_priority`.
+extern "C" {
+    fn setpriority(which: c_int, who: u32, prio: c_int) -> c_int;
+}
+/// `PRIO_PROCESS` of `<sys/resource.h>`.
+const PRIO_PROCESS: c_int = 0;
+
 /// A pthreadpool of a given size.
 pub struct ThreadPool {
     api: &'static Api,
@@ -789,6 +797,41 @@ impl ThreadPool {
         }
         // SAFETY: a plain call; a null result means failure.
         let raw = unsafe { (api.pthreadpool_create)(threads) };
+        (!raw.is_null()).then(|| Rc::new(ThreadPool { api, raw, _not_send: PhantomData }))
+    }
+
+    /// As [`ThreadPool::new`], with the pool's workers at the lowest scheduling priority (nice
+    /// 19): for a pool with more threads than the CPUs it may run on. Between two operators of
+    /// an invoke a worker spins (about a thousand `pause`s) waiting for the next one; on a shared
+    /// core that spin takes the time of the thread that would post it (measured: 6.6 % of the
+    /// fuzz loop's CPU time on one core). At nice 19 the caller's wake-up preempts the spinning
+    /// worker. Results do not change: which thread computes a tile never changes its value.
+    ///
+    /// The pool is created on a helper thread that first lowers its own priority: Linux keeps
+    /// nice values per thread and a new thread inherits its creator's, so the workers start at
+    /// nice 19 and no other thread of the process is touched. `None` as for [`ThreadPool::new`],
+    /// and also when the helper thread cannot start or lower its priority.
+    pub fn new_low_priority(api: &'static Api, threads: usize) -> Option<Rc<ThreadPool>> {
+        if threads == 0 {
+            return None;
+        }
+        let raw = std::thread::Builder::new()
+            .name("xnnpack-pool".into())
+            .spawn(move || {
+                // SAFETY: setpriority(2) with PRIO_PROCESS and who = 0 changes the calling
+                // thread's nice value only (Linux: nice is per thread); no memory is involved.
+                if unsafe { setpriority(PRIO_PROCESS, 0, 19) } != 0 {
+                    return 0;
+                }
+                // SAFETY: a plain call; a null result means failure.
+                unsafe { (api.pthreadpool_create)(threads) as usize }
+            })
+            .ok()?
+            .join()
+            .ok()?;
+        // The pool is a heap object that no thread uses yet: from here on only the calling
+        // thread runs it and drops it (the `!Send` handle keeps it there).
+        let raw = raw as PoolPtr;
         (!raw.is_null()).then(|| Rc::new(ThreadPool { api, raw, _not_send: PhantomData }))
     }
 

@@ -148,6 +148,18 @@ impl Xnnpack {
         })
     }
 
+    /// As [`Xnnpack::pool`], its workers at the lowest scheduling priority: for a pool with more
+    /// threads than the CPUs it may run on (see `ThreadPool::new_low_priority` in `ffi`).
+    pub fn pool_low_priority(&self, threads: usize) -> Result<ThreadPool, Refusal> {
+        ffi::ThreadPool::new_low_priority(self.api, threads).map(ThreadPool).ok_or_else(|| Refusal {
+            stage: Stage::Create,
+            node: None,
+            datatype: None,
+            status: None,
+            reason: format!("pthreadpool_create({threads}) at low priority failed"),
+        })
+    }
+
     pub(crate) fn api(&self) -> &'static ffi::Api {
         self.api
     }

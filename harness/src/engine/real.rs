@@ -90,8 +90,9 @@ impl Engine for Xnnpack {
 }
 
 /// A pthreadpool for `threads` and the runtime flags to create on it: the calling thread's
-/// shared pool, whose workers yield after each run (`XNN_FLAG_DONT_SPIN_WORKERS`) unless every
-/// job's pool fits the CPUs (the rule of our own pools, [`pool_spin`]); or, with `own`, a fresh
+/// shared pool, whose workers yield after each run (`XNN_FLAG_DONT_SPIN_WORKERS`) and run at
+/// the lowest priority unless every job's pool fits the CPUs (the rule of our own pools,
+/// [`pool_spin`]); or, with `own`, a fresh
 /// pool with XNNPACK's default spinning workers, as ExecuTorch creates its runtimes.
 fn xnnpack_pool(
     lib: &'static xnnpack::Xnnpack,
@@ -102,11 +103,17 @@ fn xnnpack_pool(
     thread_local! {
         static POOLS: std::cell::RefCell<HashMap<usize, xnnpack::ThreadPool>> = Default::default();
     }
-    let fresh = || lib.pool(threads).map_err(|r| EngineError::refused(Stage::Prepare, r));
     if own {
-        return Ok((fresh()?, 0));
+        return Ok((lib.pool(threads).map_err(|r| EngineError::refused(Stage::Prepare, r))?, 0));
     }
-    let flags = if pool_spin(threads).is_zero() && threads > 1 { xnnpack::compile::FLAG_DONT_SPIN_WORKERS } else { 0 };
+    // More threads than CPUs: the workers also yield their core to the caller between
+    // operators (`Xnnpack::pool_low_priority`).
+    let crowded = pool_spin(threads).is_zero() && threads > 1;
+    let flags = if crowded { xnnpack::compile::FLAG_DONT_SPIN_WORKERS } else { 0 };
+    let fresh = || {
+        if crowded { lib.pool_low_priority(threads) } else { lib.pool(threads) }
+            .map_err(|r| EngineError::refused(Stage::Prepare, r))
+    };
     let pool = POOLS.with(|pools| -> Result<_, EngineError> {
         if let Some(p) = pools.borrow().get(&threads) {
             return Ok(p.clone());
