@@ -139,25 +139,17 @@ impl Xnnpack {
 
     /// A pthreadpool of `threads` (the caller included), for [`compile::compile`].
     pub fn pool(&self, threads: usize) -> Result<ThreadPool, Refusal> {
-        ffi::ThreadPool::new(self.api, threads).map(ThreadPool).ok_or_else(|| Refusal {
-            stage: Stage::Create,
-            node: None,
-            datatype: None,
-            status: None,
-            reason: format!("pthreadpool_create({threads}) failed"),
-        })
+        ffi::ThreadPool::new(self.api, threads)
+            .map(ThreadPool)
+            .ok_or_else(|| pool_refusal(format!("pthreadpool_create({threads}) failed")))
     }
 
     /// As [`Xnnpack::pool`], its workers at the lowest scheduling priority: for a pool with more
     /// threads than the CPUs it may run on (see `ThreadPool::new_low_priority` in `ffi`).
     pub fn pool_low_priority(&self, threads: usize) -> Result<ThreadPool, Refusal> {
-        ffi::ThreadPool::new_low_priority(self.api, threads).map(ThreadPool).ok_or_else(|| Refusal {
-            stage: Stage::Create,
-            node: None,
-            datatype: None,
-            status: None,
-            reason: format!("pthreadpool_create({threads}) at low priority failed"),
-        })
+        ffi::ThreadPool::new_low_priority(self.api, threads)
+            .map(ThreadPool)
+            .ok_or_else(|| pool_refusal(format!("pthreadpool_create({threads}) at low priority failed")))
     }
 
     pub(crate) fn api(&self) -> &'static ffi::Api {
@@ -206,4 +198,9 @@ pub fn for_test(test: &str) -> Option<&'static Xnnpack> {
             None
         }
     }
+}
+
+/// A pool that pthreadpool could not create: refused at create time, with `reason`.
+fn pool_refusal(reason: String) -> Refusal {
+    Refusal { stage: Stage::Create, node: None, datatype: None, status: None, reason }
 }

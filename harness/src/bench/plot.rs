@@ -107,17 +107,7 @@ fn times<DB: plotters::prelude::DrawingBackend>(
     use plotters::prelude::*;
     let n = gs.len().max(1);
     let find = |k: &(String, String, String), engine: &str, mode: &str, policy: Option<&str>| {
-        rows.iter()
-            .find(|r| {
-                r.scenario == k.0
-                    && r.shape == k.1
-                    && r.dtype == k.2
-                    && r.engine == engine
-                    && r.mode == mode
-                    && policy.is_none_or(|p| r.policy == p)
-                    && r.threads == threads
-                    && r.check == "ok"
-            })
+        super::versus::find(rows, (&k.0, &k.1, &k.2), engine, mode, policy, threads)
             .and_then(|r| r.median_ns)
             .map(|ns| ns / 1000.0)
     };

@@ -57,7 +57,16 @@ fn kib(b: usize) -> String {
 
 type Key<'a> = (&'a str, &'a str, &'a str);
 
-fn find<'a>(rows: &'a [Row], k: Key, engine: &str, mode: &str, policy: Option<&str>, t: usize) -> Option<&'a Row> {
+/// The checked row of scenario key `k` for `engine`, `mode` (and `policy`, if given) at `t`
+/// threads (the plot reads its times through it too).
+pub(super) fn find<'a>(
+    rows: &'a [Row],
+    k: Key,
+    engine: &str,
+    mode: &str,
+    policy: Option<&str>,
+    t: usize,
+) -> Option<&'a Row> {
     rows.iter().find(|r| {
         r.scenario == k.0
             && r.shape == k.1
