@@ -532,3 +532,42 @@ fn qs8_copy_with_mismatched_quantization_is_refused() {
         Ok(_) => panic!("a requantizing qs8 transpose was accepted"),
     }
 }
+
+/// A pool that runs an N-thread program's tasks on two threads (`Pool::with_os_threads`, the
+/// harness's pools above two threads) gives that program's bits: the splits, partial results
+/// and combination order are the N-thread ones, only the interleaving differs.
+#[test]
+fn n_thread_splits_on_two_threads_give_the_n_thread_bits() {
+    use delegate::runtime::pool::Pool;
+    use std::sync::Arc;
+    let simd = SimdLevel::Auto;
+    // A 1 MiB mean with fewer outputs than threads: the cost model splits each output's rows
+    // into one piece per thread, so a pool that split for its two threads gives other bits.
+    let big = GraphBuilder::new();
+    let x = big.input("x", TensorSpec::f32(&[2, 1 << 17]));
+    let m = big.mean(x, &[1], false);
+    let big = big.finish(&[m]).unwrap();
+    for (name, graph, bf16) in patterns().into_iter().chain([("mean_2x131072", big, false)]) {
+        let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 11 + k as u64)).collect();
+        for mode in LoweringMode::ALL {
+            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 }).unwrap();
+            for threads in [3, 5, 8] {
+                for policy in [ThreadPolicy::CostModel, ThreadPolicy::PerOutputTasks] {
+                    let what = format!("{name} {mode} {threads} threads {policy:?}");
+                    let real = Arc::new(Pool::new(threads, policy).unwrap());
+                    let two = Pool::with_os_threads(threads, policy, std::time::Duration::ZERO, 2).unwrap();
+                    assert_eq!((two.threads(), two.os_threads(), real.os_threads()), (threads, 2, threads), "{what}");
+                    let want = Program::with_pool(&lowered, simd, real).unwrap().run(&inputs).unwrap();
+                    let got = Program::with_pool(&lowered, simd, Arc::new(two)).unwrap().run(&inputs).unwrap();
+                    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(g.shape, w.shape, "{what} output {k}");
+                        let bits = |t: &Tensor| -> Vec<u64> {
+                            t.values_f64().iter().map(|v| if v.is_nan() { 1 } else { v.to_bits() }).collect()
+                        };
+                        assert_eq!(bits(g), bits(w), "{what} output {k}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -73,6 +73,9 @@ struct Shared {
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// The thread count the program's splits are made for: `workers.len() + 1`, or more
+    /// when [`Pool::with_os_threads`] runs them on fewer threads.
+    threads: usize,
     policy: ThreadPolicy,
     /// Serializes dispatches from several caller threads (a `Program` is `Sync`).
     dispatch: Mutex<()>,
@@ -108,7 +111,26 @@ impl Pool {
     /// unless the spin outlasts the gap. Still no spin when the pool has more threads than
     /// CPUs.
     pub fn with_spin(threads: usize, policy: ThreadPolicy, spin: Duration) -> std::io::Result<Pool> {
-        let n_workers = threads.max(1) - 1;
+        Pool::with_os_threads(threads, policy, spin, threads)
+    }
+
+    /// As [`Pool::with_spin`] for a `threads`-thread program whose tasks run on at most
+    /// `os_threads` threads (the caller included). Every split, every partial result and the
+    /// order they are combined in are the `threads`-thread program's: tasks are claimed
+    /// dynamically and no kernel reads which thread runs it, so only the interleaving
+    /// differs. A test harness on 2 cores uses it for 3 to 8 threads, where a real pool only
+    /// time-slices the same core: under `PerOutputTasks` every reduction woke 7 workers,
+    /// which cost the fuzz loop a third of its time. The barrier of `PerOutputTasks` waits
+    /// for the threads that exist.
+    pub fn with_os_threads(
+        threads: usize,
+        policy: ThreadPolicy,
+        spin: Duration,
+        os_threads: usize,
+    ) -> std::io::Result<Pool> {
+        let threads = threads.max(1);
+        let os_threads = os_threads.clamp(1, threads);
+        let n_workers = os_threads - 1;
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             slot: Mutex::new(Slot { epoch: 0, job: None, n_tasks: 0 }),
@@ -119,9 +141,9 @@ impl Pool {
             shutdown: AtomicBool::new(false),
             sleeping: (0..n_workers).map(|_| AtomicBool::new(false)).collect(),
             claimed: std::array::from_fn(|_| AtomicBool::new(false)),
-            spin: if available_cpus() >= threads { spin } else { Duration::ZERO },
+            spin: if available_cpus() >= os_threads { spin } else { Duration::ZERO },
         });
-        let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), policy, dispatch: Mutex::new(()) };
+        let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), threads, policy, dispatch: Mutex::new(()) };
         for w in 0..n_workers {
             let s = shared.clone();
             let h = std::thread::Builder::new().name(format!("delegate-rt-{w}")).spawn(move || worker(s, w))?;
@@ -130,7 +152,13 @@ impl Pool {
         Ok(pool)
     }
 
+    /// The thread count splits are made for (see [`Pool::with_os_threads`]).
     pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Threads that run tasks, the caller included.
+    pub fn os_threads(&self) -> usize {
         self.workers.len() + 1
     }
 
