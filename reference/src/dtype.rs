@@ -179,6 +179,22 @@ pub fn f32_from_f64(x: f64) -> f32 {
     x as f32
 }
 
+/// `x` rounded to an integer, ties to even (C's `nearbyint`): the value of
+/// `f64::round_ties_even`, which on x86-64's baseline is a call to a software `rint` (a sixth
+/// of a 1 MiB qs8 case's time). Below 2^52, `|x| + 2^52` lies in [2^52, 2^53), where f64's
+/// spacing is 1, so the addition rounds `|x|` once to the nearest integer, ties to even (2^52
+/// is even), and the subtraction is exact; the sign goes back on (`-0.4` gives `-0.0`).
+/// From 2^52 up every f64 is an integer; NaN and infinities pass through.
+pub fn round_half_even(x: f64) -> f64 {
+    const TWO_52: f64 = 4_503_599_627_370_496.0;
+    let a = x.abs();
+    if a < TWO_52 {
+        ((a + TWO_52) - TWO_52).copysign(x)
+    } else {
+        x
+    }
+}
+
 /// The value `x` takes once stored in `dtype` (floats: rounded once; qs8: unchanged, since
 /// qs8 needs quantization parameters, see [`QuantParams::quantize`]).
 pub fn round_f64(dtype: ElemType, x: f64) -> f64 {
@@ -204,7 +220,7 @@ impl QuantParams {
         if v.is_nan() {
             return -128;
         }
-        let q = v.round_ties_even() + self.zero_point as f64;
+        let q = round_half_even(v) + self.zero_point as f64;
         q.clamp(-128.0, 127.0) as i8
     }
 

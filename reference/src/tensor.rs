@@ -72,7 +72,7 @@ impl TensorData {
                     .map(|&x| match quant {
                         Some(q) => q.quantize(x),
                         // NaN -> 0 here: raw integers have no NaN convention to follow.
-                        None => x.round_ties_even().clamp(-128.0, 127.0) as i8,
+                        None => dtype::round_half_even(x).clamp(-128.0, 127.0) as i8,
                     })
                     .collect(),
             ),

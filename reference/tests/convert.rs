@@ -3,7 +3,7 @@
 //! a double to half directly.
 
 use half::{bf16, f16};
-use reference::dtype::{bf16_from_f64, f16_from_f64, f32_from_f64, round_f64};
+use reference::dtype::{bf16_from_f64, f16_from_f64, f32_from_f64, round_f64, round_half_even};
 use reference::{ElemType, QuantParams};
 
 fn p2(e: i32) -> f64 {
@@ -174,4 +174,49 @@ fn quantize_follows_pytorch() {
     assert_eq!(q.dequantize(-3), 0.0);
     assert_eq!(q.dequantize(127), 32.5);
     assert_eq!(q.dequantize(-128), -31.25);
+}
+
+/// `round_half_even` gives `f64::round_ties_even`'s bits: ties both ways, signed zeros, the
+/// 2^52 boundary, subnormals, infinities, NaN, and a sweep of random bit patterns (every
+/// exponent) and of quarter-integers (every tie near the int8 range the quantizer rounds in).
+#[test]
+fn round_half_even_is_round_ties_even() {
+    let mut xs = vec![
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.5,
+        -2.5,
+        0.49999999999999994,
+        -0.49999999999999994,
+        p2(52) - 0.5,
+        p2(52) - 1.5,
+        -(p2(52) - 0.5),
+        p2(52),
+        p2(52) + 1.0,
+        p2(53) + 2.0,
+        p2(-1074),
+        -p2(-1074),
+        f64::MIN_POSITIVE,
+        f64::MAX,
+        f64::MIN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    xs.extend((-1200..=1200).map(|k| k as f64 * 0.25));
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200_000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        xs.push(f64::from_bits(s));
+    }
+    for x in xs {
+        let (got, want) = (round_half_even(x), x.round_ties_even());
+        assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{x:e}: {got:e} vs {want:e}");
+    }
 }
