@@ -66,6 +66,11 @@ fn replay_of_an_unbuildable_case_fails_naming_the_field() {
         (r#"{"pattern":"mean","shape":[2,3],"threads":[1000]}"#.into(), "threads: 1000"),
         (r#"{"pattern":"mean","shape":[4294967296,4294967296,4294967296]}"#.into(), "shape: [4294967296"),
         (r#"{"pattern":"mean","shape":[4,5],"run_shapes":[[3,5]]}"#.into(), "run_shapes[0]"),
+        // Weights grow with the input's dims: refused before any is made (this one ran the
+        // roundtrip fuzz target out of memory), also for a conv over 4 M channels.
+        (r#"{"pattern":"pre_norm_mlp","shape":[10428],"dims":[],"seed":16}"#.into(), "needs 434972736 weights"),
+        (r#"{"pattern":"conv_mean","shape":[1,4194304,1,1],"param":64,"variant":1}"#.into(), "at most 4194304"),
+        (r#"{"pattern":"qk_norm","shape":[1,1,2097152],"param":1}"#.into(), "shape: pattern qk_norm"),
         (r#"{"pattern":"mean","shape":[4,5],"dynamic":[0],"run_shapes":[[5,5]]}"#.into(), "above its bound"),
         (
             r#"{"pattern":"mean","shape":[1,2],"dtype":"qs8","inputs":[{"shape":[1,2],"dtype":"qs8","quant":{"scale":0.0078431377,"zero_point":-3},"values":[10,20]}]}"#.into(),

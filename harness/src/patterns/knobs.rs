@@ -77,6 +77,19 @@ pub(super) fn check_case(case: &Case) -> Result<(), NotApplicable> {
     if case.pattern.needs_rank4() && case.dynamic.contains(&1) {
         return invalid_field("dynamic", "conv channels can not be dynamic");
     }
+    let (weights, macs) = graph_cost(case);
+    if weights > MAX_WEIGHTS || macs > MAX_MACS {
+        return invalid_field(
+            "shape",
+            format!(
+                "pattern {} on {:?} (param {}) needs {weights} weights and {macs} multiply-accumulates; \
+                 at most {MAX_WEIGHTS} and {MAX_MACS}",
+                case.pattern.name(),
+                case.shape,
+                case.param
+            ),
+        );
+    }
     Ok(())
 }
 
@@ -227,6 +240,46 @@ pub fn qs8_exact(case: &Case, shape: &[usize], o: usize) -> bool {
         }
         (Pattern::SharedInput, 1) => conv_ok(),
         _ => false,
+    }
+}
+
+/// The most weight elements a case's convs and linears may have: the input is bounded by
+/// `case::MAX_ELEMS`, but weights grow with its dims (a 1-D `pre_norm_mlp` of 10,428
+/// features asked for 435 M, and ran the `roundtrip` fuzz target out of memory).
+pub const MAX_WEIGHTS: usize = 1 << 22;
+/// The most multiply-accumulates a case's convs and linears may take: about a second of the
+/// reference's f64 loops.
+pub const MAX_MACS: usize = 1 << 30;
+
+/// Weight elements and multiply-accumulates of a case's convs and linears, as the graph
+/// builder makes them (saturating: the dims are bounded only by `case::MAX_ELEMS`).
+pub(super) fn graph_cost(case: &Case) -> (usize, usize) {
+    let dim = |i: usize| case.shape.get(i).copied().unwrap_or(1);
+    let mul = |v: &[usize]| v.iter().fold(1usize, |a, &b| a.saturating_mul(b));
+    let numel = case.numel().max(1);
+    match case.pattern {
+        Pattern::QkNorm => {
+            // The projection, and its signed twin for the magnitude graph.
+            let e = dim(2);
+            (mul(&[2, e, e]), mul(&[2, numel, e]))
+        }
+        Pattern::PreNormMlp => {
+            let (d, f) = (case.shape.last().copied().unwrap_or(1), mlp_hidden(case));
+            (mul(&[2, d, f]), mul(&[2, numel, f]))
+        }
+        Pattern::ConvMean | Pattern::ConvMeanConv | Pattern::ConvSubMean | Pattern::SharedInput => {
+            let (c, k2, o) = (dim(1), kernel(case) * kernel(case), conv_out(case));
+            let pixels = mul(&[dim(0), dim(2), dim(3)]);
+            // `conv_mean_conv`'s second conv: one channel in, 4 out.
+            let second = if case.pattern == Pattern::ConvMeanConv { 4 * k2 } else { 0 };
+            let w = mul(&[o, c, k2]).saturating_add(second);
+            (w, mul(&[pixels, w]))
+        }
+        Pattern::AdaptivePool if pool_conv(case) => {
+            let w = mul(&[conv_out(case), dim(1), kernel(case) * kernel(case)]);
+            (w, mul(&[dim(0), dim(2), dim(3), w]))
+        }
+        _ => (case.shape.last().copied().unwrap_or(1), 0),
     }
 }
 
