@@ -60,7 +60,7 @@
 //! still fails.
 
 use super::RefRun;
-use crate::engine;
+use crate::engine::{self, Interpreter};
 use crate::patterns::Built;
 use delegate::program::Step;
 use delegate::LoweredProgram;
@@ -266,7 +266,7 @@ fn flush(t: &Tensor) -> Tensor {
 }
 
 /// The reference's value of node `n` on operand values `ins` (a one-node graph).
-fn eval_one(g: &Graph, n: &Node, ins: &[Tensor]) -> Option<Tensor> {
+fn eval_one(g: &Graph, n: &Node, ins: &[Tensor], interp: Interpreter) -> Option<Tensor> {
     let mut nodes: Vec<Node> = n
         .inputs
         .iter()
@@ -276,12 +276,12 @@ fn eval_one(g: &Graph, n: &Node, ins: &[Tensor]) -> Option<Tensor> {
     let k = nodes.len();
     nodes.push(Node { op: n.op.clone(), inputs: (0..k).collect(), spec: n.spec.clone() });
     let one = Graph { nodes, inputs: (0..k).collect(), outputs: vec![k] };
-    engine::reference(&one, ins, engine::Interpreter::Plain).ok()?.pop()
+    engine::reference(&one, ins, interp).ok()?.pop()
 }
 
 /// The graph's outputs with XNNPACK's denormal flushing on the nodes it runs (every node but
 /// `portable` ones): behaviour 1. `None` when some node does not evaluate.
-pub fn flushed_outputs(g: &Graph, portable: &[usize], inputs: &[Tensor]) -> Option<Vec<Tensor>> {
+pub fn flushed_outputs(g: &Graph, portable: &[usize], inputs: &[Tensor], interp: Interpreter) -> Option<Vec<Tensor>> {
     let mut vals: Vec<Tensor> = Vec::with_capacity(g.nodes.len());
     for (i, n) in g.nodes.iter().enumerate() {
         let v = match &n.op {
@@ -289,11 +289,11 @@ pub fn flushed_outputs(g: &Graph, portable: &[usize], inputs: &[Tensor]) -> Opti
             Op::Constant { tensor } => tensor.clone(),
             _ if portable.contains(&i) => {
                 let ins: Vec<Tensor> = n.inputs.iter().map(|&x| vals[x].clone()).collect();
-                eval_one(g, n, &ins)?
+                eval_one(g, n, &ins, interp)?
             }
             _ => {
                 let ins: Vec<Tensor> = n.inputs.iter().map(|&x| flush(&vals[x])).collect();
-                flush(&eval_one(g, n, &ins)?)
+                flush(&eval_one(g, n, &ins, interp)?)
             }
         };
         vals.push(v);
@@ -345,6 +345,10 @@ pub struct Models<'a> {
     unquantized: Option<Graph>,
     unquantized_runs: Vec<OnceCell<Option<Vec<Tensor>>>>,
     refs: &'a [RefRun<'a>],
+    /// The runs' evaluator (the fuzz loop's fast one gives the plain one's values bit for
+    /// bit: `reference/tests/fast_matches_plain.rs`); the models are graphs of the same
+    /// language, evaluated on large inputs too.
+    interp: Interpreter,
     fused_runs: Vec<OnceCell<Option<Vec<Tensor>>>>,
     flushed_runs: Vec<OnceCell<Option<Vec<Tensor>>>>,
 }
@@ -384,6 +388,7 @@ impl<'a> Models<'a> {
             unquantized,
             unquantized_runs: cells(refs),
             refs,
+            interp: refs.first().map_or(Interpreter::Plain, |r| r.interp),
             fused_runs: cells(refs),
             flushed_runs: cells(refs),
         }
@@ -403,8 +408,7 @@ impl<'a> Models<'a> {
     ) -> bool {
         if let (Some(g), Some(step)) = (&self.unquantized, step) {
             let inputs = &self.refs[r].inputs;
-            let m =
-                self.unquantized_runs[r].get_or_init(|| engine::reference(g, inputs, engine::Interpreter::Plain).ok());
+            let m = self.unquantized_runs[r].get_or_init(|| engine::reference(g, inputs, self.interp).ok());
             if m.as_ref().and_then(|m| m.get(o)).is_some_and(|m| nearest_to(m, want, got, step)) {
                 return true;
             }
@@ -416,7 +420,7 @@ impl<'a> Models<'a> {
         let spread_like = got.values_f64().iter().any(|v| v.is_nan() || (nan_any && bounds.contains(v)));
         let spreads = spread_like
             && *self.gemm_nonfinite[r].get_or_init(|| {
-                engine::reference_all(self.graph, inputs, engine::Interpreter::Plain)
+                engine::reference_all(self.graph, inputs, self.interp)
                     .is_ok_and(|all| gemm_reads_nonfinite(self.graph, &self.portable, &all))
             });
         // Once a spread NaN comes out of a clamping fp16 node as its lower bound (-inf), a
@@ -434,13 +438,14 @@ impl<'a> Models<'a> {
             return true;
         }
         if let Some(g) = &self.fused {
-            let m = self.fused_runs[r].get_or_init(|| engine::reference(g, inputs, engine::Interpreter::Plain).ok());
+            let m = self.fused_runs[r].get_or_init(|| engine::reference(g, inputs, self.interp).ok());
             if m.as_ref().and_then(|m| m.get(o)).is_some_and(&mut matches) {
                 return true;
             }
         }
         if self.flushes {
-            let m = self.flushed_runs[r].get_or_init(|| flushed_outputs(self.graph, &self.portable, inputs));
+            let m =
+                self.flushed_runs[r].get_or_init(|| flushed_outputs(self.graph, &self.portable, inputs, self.interp));
             if m.as_ref().and_then(|m| m.get(o)).is_some_and(&mut matches) {
                 return true;
             }
