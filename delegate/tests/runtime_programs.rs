@@ -537,7 +537,7 @@ fn qs8_copy_with_mismatched_quantization_is_refused() {
 /// harness's pools above two threads) gives that program's bits: the splits, partial results
 /// and combination order are the N-thread ones, only the interleaving differs.
 #[test]
-fn n_thread_splits_on_two_threads_give_the_n_thread_bits() {
+fn n_thread_splits_on_fewer_os_threads_give_the_n_thread_bits() {
     use delegate::runtime::pool::Pool;
     use std::sync::Arc;
     let simd = SimdLevel::Auto;
@@ -551,14 +551,15 @@ fn n_thread_splits_on_two_threads_give_the_n_thread_bits() {
         let inputs: Vec<Tensor> = (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 11 + k as u64)).collect();
         for mode in LoweringMode::ALL {
             let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 }).unwrap();
-            for threads in [3, 5, 8] {
+            // (The fuzz loop runs 2 to 8 threads' splits on 2 OS threads, or on its own.)
+            for (threads, os) in [(2, 1), (3, 1), (3, 2), (5, 2), (8, 1), (8, 2)] {
                 for policy in [ThreadPolicy::CostModel, ThreadPolicy::PerOutputTasks] {
-                    let what = format!("{name} {mode} {threads} threads {policy:?}");
+                    let what = format!("{name} {mode} {threads} threads on {os} {policy:?}");
                     let real = Arc::new(Pool::new(threads, policy).unwrap());
-                    let two = Pool::with_os_threads(threads, policy, std::time::Duration::ZERO, 2).unwrap();
-                    assert_eq!((two.threads(), two.os_threads(), real.os_threads()), (threads, 2, threads), "{what}");
+                    let few = Pool::with_os_threads(threads, policy, std::time::Duration::ZERO, os).unwrap();
+                    assert_eq!((few.threads(), few.os_threads(), real.os_threads()), (threads, os, threads), "{what}");
                     let want = Program::with_pool(&lowered, simd, real).unwrap().run(&inputs).unwrap();
-                    let got = Program::with_pool(&lowered, simd, Arc::new(two)).unwrap().run(&inputs).unwrap();
+                    let got = Program::with_pool(&lowered, simd, Arc::new(few)).unwrap().run(&inputs).unwrap();
                     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert_eq!(g.shape, w.shape, "{what} output {k}");
                         let bits = |t: &Tensor| -> Vec<u64> {

@@ -390,8 +390,35 @@ fn cpus() -> usize {
 /// woke every worker (default job, 3,000 cases of seed 20261130: 660 us of CPU per case,
 /// 430 us with the third count at 2).
 fn os_threads(threads: usize) -> usize {
+    if CALLER_ONLY.get() {
+        return 1;
+    }
     let jobs = CHECKERS.load(std::sync::atomic::Ordering::Relaxed);
     threads.min((cpus() / jobs).max(2))
+}
+
+thread_local! {
+    /// This thread's shared pools run every split on the calling thread (see [`caller_only`]).
+    static CALLER_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the calling thread's shared pools running their `threads`-way splits on
+/// the calling thread alone (`on`) or on [`os_threads`] threads (`!on`, the default). The
+/// tasks, partial results and their combination order are the N-thread program's
+/// (`Pool::with_os_threads`), so the values are too
+/// (`runtime_programs::n_thread_splits_on_fewer_os_threads_give_the_n_thread_bits`): what
+/// only real threads test is the pool's concurrency. A wake-up of a parked worker costs
+/// about as much as a small case's whole run, so the fuzz loop keeps real threads for one
+/// case in four ([`crate::oracle::CheckOptions::sampled`]).
+pub fn caller_only<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER_ONLY.set(self.0);
+        }
+    }
+    let _restore = Restore(CALLER_ONLY.replace(on));
+    f()
 }
 
 /// The idle spin of a new pool that starts `threads` threads.
@@ -413,17 +440,17 @@ fn shared_pool(threads: usize, policy: ThreadPolicy) -> Result<std::sync::Arc<Po
     use std::collections::HashMap;
     use std::sync::Arc;
     thread_local! {
-        static POOLS: std::cell::RefCell<HashMap<(usize, ThreadPolicy), Arc<Pool>>> = Default::default();
+        static POOLS: std::cell::RefCell<HashMap<(usize, ThreadPolicy, usize), Arc<Pool>>> = Default::default();
     }
+    let os = os_threads(threads);
     POOLS.with(|pools| {
-        if let Some(p) = pools.borrow().get(&(threads, policy)) {
+        if let Some(p) = pools.borrow().get(&(threads, policy, os)) {
             return Ok(p.clone());
         }
-        let os = os_threads(threads);
         let p = Pool::with_os_threads(threads, policy, pool_spin(os), os)
             .map(Arc::new)
             .map_err(|e| format!("starting a {threads}-thread pool: {e}"))?;
-        pools.borrow_mut().insert((threads, policy), p.clone());
+        pools.borrow_mut().insert((threads, policy, os), p.clone());
         Ok(p)
     })
 }

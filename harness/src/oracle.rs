@@ -189,6 +189,9 @@ pub struct CheckOptions {
     /// `Some(k)`: "each of the case's thread counts above 1" (here and in [`XnnpackPlan`])
     /// means only the `k`-th of them, cyclically (the fuzz loop rotates it by case).
     pub multi_pick: Option<u64>,
+    /// Multi-threaded runs of our runtime on real threads (the pools' default); `false`: on
+    /// the calling thread alone, the same splits and values ([`engine::caller_only`]).
+    pub real_threads: bool,
 }
 
 /// Which programs of a case run on real XNNPACK.
@@ -223,6 +226,7 @@ impl Default for CheckOptions {
             reference: Interpreter::Plain,
             xnnpack: Some(XnnpackPlan::FULL),
             multi_pick: None,
+            real_threads: true,
         }
     }
 }
@@ -251,7 +255,18 @@ impl CheckOptions {
         // the two, alternating every 9 cases (each run is a pool dispatch at every op, and
         // running both cost a quarter of the loop's throughput).
         let multi_pick = Some(index / 9);
-        CheckOptions { configs, plain: false, reference: Interpreter::Fast, xnnpack: Some(xnnpack), multi_pick }
+        // Real threads one case in four (coprime with the rotations above, so every
+        // configuration gets them): a parked worker's wake-up per dispatch cost the loop a
+        // quarter of its CPU time.
+        let real_threads = index.is_multiple_of(4);
+        CheckOptions {
+            configs,
+            plain: false,
+            reference: Interpreter::Fast,
+            xnnpack: Some(xnnpack),
+            multi_pick,
+            real_threads,
+        }
     }
 
     /// The case's thread counts above 1 that "each count above 1" stands for.
@@ -524,6 +539,10 @@ fn same_program(a: &LoweredProgram, b: &LoweredProgram) -> bool {
 
 /// Runs every oracle on a case.
 pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
+    engine::caller_only(!opts.real_threads, || check_on(case, opts))
+}
+
+fn check_on(case: &Case, opts: &CheckOptions) -> CaseReport {
     let mut report = CaseReport::default();
     let built = match patterns::build(case) {
         Ok(b) => b,
