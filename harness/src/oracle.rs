@@ -7,6 +7,8 @@
 //! - [`bytes`]: load then re-serialize is the identity (which also shows the writer gives
 //!   equal graphs equal bytes), GAP-only programs are identical across modes;
 //! - [`structure`]: each mode's summary obeys the mode's rules;
+//! - [`operand_order`]: the commuted twin (`a + b` as `b + a`, `a * b` as `b * a`) lowers to
+//!   the same counts and gives the same values, bit for bit, in every mode;
 //! - [`real`]: real XNNPACK against the reference, in every mode at 1 and N threads, under the
 //!   outputs oracle's tolerances (`outputs/xnnpack_mismatch`), and whether it accepts what our
 //!   runtime runs (`errors/xnnpack_refuses`).
@@ -18,6 +20,7 @@
 pub mod behaviours;
 pub mod bytes;
 pub mod errors;
+pub mod operand_order;
 pub mod outputs;
 pub mod real;
 pub mod structure;
@@ -189,6 +192,9 @@ pub struct CheckOptions {
     /// `Some(k)`: "each of the case's thread counts above 1" (here and in [`XnnpackPlan`])
     /// means only the `k`-th of them, cyclically (the fuzz loop rotates it by case).
     pub multi_pick: Option<u64>,
+    /// The operand-order oracle checks values on the cases whose seed is a multiple of this
+    /// (1: every case; its structure check runs on every case).
+    pub operand_values_every: u64,
 }
 
 /// Which programs of a case run on real XNNPACK.
@@ -223,6 +229,7 @@ impl Default for CheckOptions {
             reference: Interpreter::Plain,
             xnnpack: Some(XnnpackPlan::FULL),
             multi_pick: None,
+            operand_values_every: 1,
         }
     }
 }
@@ -251,7 +258,8 @@ impl CheckOptions {
         // the two, alternating every 9 cases (each run is a pool dispatch at every op, and
         // running both cost a quarter of the loop's throughput).
         let multi_pick = Some(index / 9);
-        CheckOptions { configs, plain: false, reference: Interpreter::Fast, xnnpack: Some(xnnpack), multi_pick }
+        let (reference, operand_values_every) = (Interpreter::Fast, OPERAND_VALUES_EVERY);
+        CheckOptions { configs, plain: false, reference, xnnpack: Some(xnnpack), multi_pick, operand_values_every }
     }
 
     /// The case's thread counts above 1 that "each count above 1" stands for.
@@ -281,6 +289,9 @@ impl CheckOptions {
         out
     }
 }
+
+/// The fuzz loop's [`CheckOptions::operand_values_every`]: see `operand_order`.
+pub const OPERAND_VALUES_EVERY: u64 = 4;
 
 /// The magnitude twin's value of every node, and its outputs' values as f64.
 type Twin = (Vec<Tensor>, Vec<Vec<f64>>);
@@ -673,6 +684,13 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
     }
     if built.gap_only {
         report.push(OracleKind::Bytes, "gap_modes", bytes::gap_identity(&mode_payloads));
+    }
+    if case.invalid.is_none() {
+        let values = case.seed % opts.operand_values_every.max(1) == 0;
+        let mine: Vec<_> = programs.iter().filter(|(m, _)| case.modes.contains(m)).map(|(m, p)| (*m, p)).collect();
+        for (on_values, mode, v) in operand_order::check(case, &built.graph, &mine, &runs, values) {
+            report.push(if on_values { OracleKind::Outputs } else { OracleKind::Structure }, mode.name(), v);
+        }
     }
     report
 }
