@@ -686,7 +686,7 @@ pub fn check(case: &Case, opts: &CheckOptions) -> CaseReport {
         report.push(OracleKind::Bytes, "gap_modes", bytes::gap_identity(&mode_payloads));
     }
     if case.invalid.is_none() {
-        let values = case.seed % opts.operand_values_every.max(1) == 0;
+        let values = case.seed.is_multiple_of(opts.operand_values_every.max(1));
         let mine: Vec<_> = programs.iter().filter(|(m, _)| case.modes.contains(m)).map(|(m, p)| (*m, p)).collect();
         for (on_values, mode, v) in operand_order::check(case, &built.graph, &mine, &runs, values) {
             report.push(if on_values { OracleKind::Outputs } else { OracleKind::Structure }, mode.name(), v);

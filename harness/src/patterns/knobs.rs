@@ -137,7 +137,7 @@ pub fn mean_perm(case: &Case) -> Option<Vec<usize>> {
         return None;
     }
     let idx = case.param / 2;
-    if case.param % 2 == 0 {
+    if case.param.is_multiple_of(2) {
         let mut p = nth_permutation(r - 1, idx);
         p.push(r - 1);
         return Some(p);
