@@ -3,7 +3,7 @@
 //! exactness rules its oracles use.
 
 use super::{invalid_field, NotApplicable};
-use crate::case::{Case, Pattern};
+use crate::case::{Case, InvalidKind, Pattern};
 use reference::ElemType;
 
 pub(super) fn check_case(case: &Case) -> Result<(), NotApplicable> {
@@ -133,7 +133,10 @@ pub(super) fn swapped(case: &Case) -> bool {
 /// dim it is swapped with dim `param / 2 % (r - 1)`). `param = 0` is the identity.
 pub fn mean_perm(case: &Case) -> Option<Vec<usize>> {
     let r = case.shape.len();
-    if case.pattern != Pattern::Mean || case.variant & PERMUTE == 0 || r < 2 {
+    // `mean_on_qs8` rewires the mean onto the int8 value under its dequantize: no permute
+    // between them.
+    let reads_dq = case.invalid == Some(InvalidKind::MeanOnQs8);
+    if case.pattern != Pattern::Mean || case.variant & PERMUTE == 0 || r < 2 || reads_dq {
         return None;
     }
     let idx = case.param / 2;
