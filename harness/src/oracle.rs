@@ -290,7 +290,7 @@ impl CheckOptions {
     }
 }
 
-/// The fuzz loop's [`CheckOptions::operand_values_every`]: see `operand_order`.
+/// The fuzz loop's [`CheckOptions::operand_values_every`]; its cost is in `operand_order`.
 pub const OPERAND_VALUES_EVERY: u64 = 4;
 
 /// The magnitude twin's value of every node, and its outputs' values as f64.

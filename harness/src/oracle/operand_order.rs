@@ -16,7 +16,10 @@
 //!
 //! The values check prepares and runs two more programs per mode, so the fuzz loop runs it on
 //! one case in [`super::CheckOptions::operand_values_every`] (by the case's seed, so replay
-//! repeats it); replay and the default options run it on every case.
+//! repeats it); replay and the default options run it on every case. The default job's CPU
+//! time for 20,000 cases (seed 20261130, `--jobs 1`, two runs, loaded 2-core EPYC): 15.7 and
+//! 13.3 s without this oracle, 16.3 and 14.3 s with values on one case in 4, 17.9 and 17.0 s
+//! with values on every case.
 
 use super::{same_program, RefRun, Verdict};
 use crate::case::Case;
