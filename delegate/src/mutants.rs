@@ -74,6 +74,13 @@ mutants! {
     MeanSplitThreePlus,
     /// Runtime: fp32 -> bf16 conversion truncates instead of rounding to nearest even.
     Bf16Truncates,
+    /// Layout: the converge rule asks only the first operand whether any input is NHWC, as
+    /// if the NHWC one always came first (`y - mean(y)`, `x * r`): with it second, the op
+    /// stays NCHW and the repair converts the NHWC operand (other transposes, same values).
+    ConvergeSecondOperand,
+    /// Runtime: a transpose that keeps the innermost dim copies its rows in input order, as
+    /// if rows that stay contiguous also stayed in place.
+    PermuteKeepsInnermost,
 }
 
 impl Mutant {

@@ -59,6 +59,18 @@ fn bf16_gap() -> Graph {
     finish(g, &[m])
 }
 
+/// `(-1 * mean(y, [1])) + y` of a conv output `y`: the NHWC operand of the add second.
+fn sub_mean_swapped() -> Graph {
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::f32(&[1, 3, 6, 6]));
+    let w = g.constant(Tensor::f32(&[8, 3, 1, 1], vec![0.01; 24]));
+    let y = g.conv2d(x, w, None, Conv2dParams::default());
+    let m = g.mean(y, &[1], true);
+    let neg = g.mul(m, g.constant(Tensor::f32(&[], vec![-1.0])));
+    let out = g.add(neg, y);
+    finish(g, &[out])
+}
+
 /// Lowering outcome as comparable text: the error, or summary plus every XNNPACK graph.
 fn outcome(g: &Graph, mode: LoweringMode) -> String {
     match lower_with(g, &LowerOptions { mode, enable_bf16: true }) {
@@ -83,6 +95,7 @@ fn every_lowering_mutant_changes_its_trigger() {
         (Mutant::Bf16TakesGap, bf16_gap(), StaticMean),
         (Mutant::RequantCopyFolded, qs8_requant_mean(false), StaticMean),
         (Mutant::RequantReshapeGrouped, qs8_requant_mean(true), StaticMean),
+        (Mutant::ConvergeSecondOperand, sub_mean_swapped(), StaticMean),
     ];
     for (m, g, mode) in cases {
         set_active(None);

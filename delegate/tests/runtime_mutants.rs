@@ -3,7 +3,7 @@
 #![cfg(feature = "mutants")]
 
 use delegate::mutants::{set_active, Mutant};
-use delegate::runtime::kernels::{convert, mean, Ctx, Quant, Scratch, View, ViewMut};
+use delegate::runtime::kernels::{convert, mean, transpose, Ctx, Quant, Scratch, View, ViewMut};
 use delegate::runtime::pool::Pool;
 use delegate::runtime::simd::Isa;
 use delegate::runtime::ThreadPolicy;
@@ -80,6 +80,21 @@ fn checks() -> Vec<(&'static str, Check)> {
             }),
         ),
         (
+            "a transpose that keeps the innermost dim moves its rows",
+            Box::new(move || {
+                // [2, 3, 4] by [1, 0, 2]: rows of 4 stay contiguous, their order changes.
+                let x: Vec<f32> = (0..24).map(|i| i as f32).collect();
+                let pool = Pool::new(1, ThreadPolicy::CostModel).unwrap();
+                let mut out = vec![0f32; 24];
+                let ctx = Ctx { isa: simd, pool: &pool };
+                transpose::transpose(&ctx, View::F32(&x), &[2, 3, 4], &[1, 0, 2], ViewMut::F32(&mut out)).unwrap();
+                (0..24).all(|o| {
+                    let (j, i, k) = (o / 8, o / 4 % 2, o % 4);
+                    out[o] == x[i * 12 + j * 4 + k]
+                })
+            }),
+        ),
+        (
             "NaN propagates",
             Box::new(move || {
                 let mut x = vec![1f32; 100];
@@ -137,6 +152,7 @@ fn every_runtime_mutant_is_caught_and_none_is_a_false_alarm() {
         Mutant::Fp16AccumulateInFp16,
         Mutant::MeanSplitThreePlus,
         Mutant::Bf16Truncates,
+        Mutant::PermuteKeepsInnermost,
     ] {
         if !simd_available && matches!(m, Mutant::DropSimdTail | Mutant::SimdNanDropped) {
             continue; // these live in the SIMD paths only

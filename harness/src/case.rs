@@ -22,8 +22,8 @@
 //! | `threads` | thread counts to run at | `[1, 2]` |
 //! | `seed` | seed of the input data and of the weights | `0` |
 //! | `specials` | include ±0, subnormals, ±inf and NaN in the input data | `false` |
-//! | `param` | pattern knob: conv output channels, heads of a QK-norm, MLP hidden size | `0` (pattern default) |
-//! | `variant` | pattern knob: conv kernel size (1 or 3), GAP dims order, order of the shared-input users, qs8 mean: a requantizing copy first (bit 0; bit 1: a reshape), `adaptive_pool`: no conv before the pool (bit 1) | `0` |
+//! | `param` | pattern knob: conv output channels, heads of a QK-norm, MLP hidden size, the permutation of a `mean` with variant bit 4 | `0` (pattern default) |
+//! | `variant` | pattern knob: conv kernel size (1 or 3), GAP dims order, order of the shared-input users, qs8 mean: a requantizing copy first (bit 0; bit 1: a reshape), `adaptive_pool`: no conv before the pool (bit 1); bit 3: the commutative ops of `rms_norm`, `qk_norm`, `pre_norm_mlp` take their operands swapped, `conv_sub_mean` computes `(-1 * m) + y`; bit 4, `mean`: a permute before the mean (`param` picks it: even keeps the innermost dim) | `0` |
 //! | `invalid` | make the graph invalid on purpose, see [`InvalidKind`] | none |
 //! | `qparams` | qs8 `mean` (no requantizing copy) and `adaptive_pool` without conv: a real quantizer's parameters, `{"input":{"scale":0.0078431377,"zero_point":-1},"output":{...}}`, replacing the power-of-two defaults (either may be left out) | none |
 //! | `inputs` | inline input tensors, one per run shape per graph input (see [`InlineTensor`]); replaces the seed for graph inputs | none |

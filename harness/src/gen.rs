@@ -178,7 +178,8 @@ impl Knobs {
         case.seed = self.seed;
         case.specials = self.specials && dtype != ElemType::Qs8;
         case.param = param;
-        case.variant = self.variant & 0x07;
+        // Bits 0-2: the pattern knobs; bit 3 swaps commutative operands, bit 4 a permute.
+        case.variant = self.variant & 0x1f;
         case.invalid = invalid;
         case.qparams = real_qparams(&case);
         case
@@ -282,6 +283,8 @@ impl Knobs {
                 param = heads;
             }
             Pattern::PreNormMlp => param = 1 + self.param as usize % 16,
+            // The permutation before the mean (`patterns::knobs::mean_perm`).
+            Pattern::Mean if self.variant & 0x10 != 0 => param = self.param as usize,
             p if p.needs_rank4() => {
                 shape[1] = shape[1].min(16);
                 param = 1 + self.param as usize % 8;

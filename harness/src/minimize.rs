@@ -164,7 +164,7 @@ pub fn candidates(c: &Case) -> Vec<Case> {
     }
     if c.variant != 0 {
         push(&|n| n.variant = 0);
-        for bit in 0..3 {
+        for bit in 0..5 {
             if c.variant >> bit & 1 == 1 {
                 push(&|n| n.variant &= !(1 << bit));
             }

@@ -64,6 +64,11 @@ fn expect(m: Mutant) -> Expect {
         Mutant::MeanSplitThreePlus => Fuzz(10000),
         // The rounding-mode rule of `oracle::outputs` on bf16 means.
         Mutant::Bf16Truncates => Fuzz(100),
+        // Only `structure/operand_order` sees it (the values stay right): a swapped
+        // `conv_sub_mean` or RMSNorm (variant bit 3), 8 cases in the CSV.
+        Mutant::ConvergeSecondOperand => Fuzz(20),
+        // A `mean` after a permute that keeps the innermost dim (variant bit 4): 12 cases.
+        Mutant::PermuteKeepsInnermost => Fuzz(30),
     }
 }
 

@@ -11,11 +11,17 @@
 //!   (`static_mean_count`).
 //! - `NhwcAware`: the `StaticMean` rules, and never more transposes than `StaticMean`
 //!   (`more_transposes`).
+//!
+//! In every mode a delegated permute is exactly one `XNNStaticTranspose` under its debug
+//! handle, whose perm is the graph's in the layout its input value has: the same perm on
+//! NCHW dims, or on NHWC dims of a 4-D value `q[i] = nhwc_inv[p[nhwc[i]]]`
+//! (`permute_transpose`).
 
 use super::Verdict;
 use crate::case::Case;
 use crate::patterns::Built;
 use delegate::program::{Step, Summary};
+use delegate::xnn::XNodeKind;
 use delegate::{LoweredProgram, LoweringMode};
 use reference::graph::{mean_axes, Graph, NodeId, Op};
 use reference::{ElemType, MemoryFormat};
@@ -100,6 +106,9 @@ pub fn verdict(_case: &Case, built: &Built, program: &LoweredProgram, static_sum
             format!("{delegated_gap} GAP-eligible means delegated, {gap_nodes} XNNGlobalAvgPooling2d nodes"),
         );
     }
+    if let Some(v) = permute_verdict(&built.graph, program) {
+        return v;
+    }
     let static_means = count(s, "XNNStaticMean");
     match program.mode {
         LoweringMode::Main => {
@@ -146,11 +155,85 @@ pub fn verdict(_case: &Case, built: &Built, program: &LoweredProgram, static_sum
     Verdict::Pass
 }
 
+/// The `permute_transpose` rule (module docs): a failure, or None.
+fn permute_verdict(graph: &Graph, program: &LoweredProgram) -> Option<Verdict> {
+    const NHWC: [usize; 4] = [0, 2, 3, 1];
+    const NHWC_INV: [usize; 4] = [0, 3, 1, 2];
+    let mut handles: Option<Vec<u32>> = None;
+    for (id, n) in graph.nodes.iter().enumerate() {
+        let Op::Permute { perm } = &n.op else { continue };
+        if program.summary.outside.iter().any(|o| o.node == id) {
+            continue;
+        }
+        let Some(x) = n.inputs.first().map(|&i| &graph.nodes[i].spec) else { continue };
+        let Ok(p) = reference::graph::normalize_dims(perm, x.rank()) else { continue };
+        let handle = handles.get_or_insert_with(|| delegate::lower::debug_handle::assign(graph))[id];
+        let mut found = vec![];
+        for st in &program.steps {
+            let Step::Delegate(seg) = st else { continue };
+            for xn in seg.graph.nodes.iter().filter(|xn| xn.debug_handle == handle) {
+                if let XNodeKind::StaticTranspose { perm: q, input_id, .. } = &xn.kind {
+                    let dims = seg.graph.values.iter().find(|v| v.id_out == *input_id).map(|v| v.dims.clone());
+                    found.push((q.clone(), dims));
+                }
+            }
+        }
+        let fail = |why: String| {
+            Some(Verdict::fail("permute_transpose", format!("{}: permute {p:?} at node {id}: {why}", program.mode)))
+        };
+        let [(q, dims)] = found.as_slice() else {
+            return fail(format!("{} XNNStaticTranspose nodes under its debug handle {handle}", found.len()));
+        };
+        let logical: Vec<u32> = x.max_shape().iter().map(|&d| d as u32).collect();
+        let plain: Vec<u32> = p.iter().map(|&d| d as u32).collect();
+        let as_nchw = *q == plain && dims.as_ref() == Some(&logical);
+        let as_nhwc = x.rank() == 4 && {
+            let phys: Vec<u32> = NHWC.iter().map(|&d| logical[d]).collect();
+            let conj: Vec<u32> = NHWC.iter().map(|&d| NHWC_INV[p[d]] as u32).collect();
+            *q == conj && dims.as_ref() == Some(&phys)
+        };
+        if !as_nchw && !as_nhwc {
+            return fail(format!("the transpose has perm {q:?} on input dims {dims:?} (logical {logical:?})"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::case::Pattern;
     use crate::patterns;
+
+    #[test]
+    fn a_delegated_permute_is_one_transpose_of_its_perm() {
+        // [2,3,4,5] by [0,2,1,3] (param 2 keeps the innermost dim), and a channels_last
+        // input by [0,2,3,1] (param 7), whose transpose runs on NHWC dims.
+        for (format, param) in [(MemoryFormat::Contiguous, 2), (MemoryFormat::ChannelsLast, 7)] {
+            let mut c = Case::new(Pattern::Mean, &[2, 3, 4, 5], &[1, -1], true);
+            (c.variant, c.param, c.format) = (patterns::knobs::PERMUTE, param, format);
+            let b = patterns::build(&c).unwrap();
+            for mode in LoweringMode::ALL {
+                let mut p = delegate::lower(&b.graph, mode).unwrap();
+                assert_eq!(verdict(&c, &b, &p, None), Verdict::Pass, "{format:?} {mode}");
+                // The same node with another perm breaks the rule, and only it.
+                let handle = delegate::lower::debug_handle::assign(&b.graph)[1];
+                let mut changed = 0;
+                for st in &mut p.steps {
+                    let Step::Delegate(seg) = st else { continue };
+                    for xn in seg.graph.nodes.iter_mut().filter(|n| n.debug_handle == handle) {
+                        if let XNodeKind::StaticTranspose { perm, .. } = &mut xn.kind {
+                            perm.swap(0, 1);
+                            changed += 1;
+                        }
+                    }
+                }
+                assert_eq!(changed, 1, "{format:?} {mode}");
+                let v = verdict(&c, &b, &p, None);
+                assert!(matches!(&v, Verdict::Fail { kind, .. } if kind == "permute_transpose"), "{v:?}");
+            }
+        }
+    }
 
     #[test]
     fn means_are_classified_like_the_partitioner_rules() {

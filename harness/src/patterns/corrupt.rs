@@ -80,9 +80,11 @@ pub(super) fn corrupt(graph: &mut Graph, case: &Case, kind: InvalidKind) -> Resu
             graph.nodes[w].op = Op::Constant { tensor: t };
         }
         InvalidKind::NotBroadcastable => {
-            // Replace the second operand of the first add with a constant whose last dim
-            // is one longer (never 1, never equal): it can not broadcast.
-            let Some(a) = find(graph, &|op| matches!(op, Op::Binary(_))) else {
+            // Replace the second operand of the last binary op with a constant whose last
+            // dim is one longer (never 1, never equal): it can not broadcast. The last one
+            // (the output's `sub`, `add` or `* w`) has full-rank operands; an earlier one
+            // may add a 0-D `eps` or multiply by a 0-D `-1` (swapped `conv_sub_mean`).
+            let Some(a) = graph.nodes.iter().rposition(|n| matches!(n.op, Op::Binary(_))) else {
                 return invalid_field("invalid", "no binary op");
             };
             let other = graph.nodes[a].inputs[1];

@@ -124,12 +124,18 @@ impl Ctx<'_> {
         let eps = self.scalar(1e-5);
         let w = self.weight(&[d]);
         // The normalizer's own ops get no floor: `rsqrt` falls as its input grows.
+        // Variant bit 3: every product and sum with its operands the other way round.
+        let swap = super::knobs::swapped(self.case);
+        let (add, mul) = (
+            |a: T, b: T| if swap { self.g.add(b, a) } else { self.g.add(a, b) },
+            |a: T, b: T| if swap { self.g.mul(b, a) } else { self.g.mul(a, b) },
+        );
         let normalizer = |v: T| {
             let ms = self.g.mean(self.g.square(v), &[-1], true);
-            self.g.rsqrt(self.g.add(ms, eps))
+            self.g.rsqrt(add(ms, eps))
         };
         let Some(l) = self.floor.filter(|_| self.abs) else {
-            return self.g.mul(self.g.mul(x, normalizer(x)), w);
+            return mul(mul(x, normalizer(x)), w);
         };
         let one = self.scalar(1.0);
         let (r, factor) = match actual {

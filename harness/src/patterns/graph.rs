@@ -1,7 +1,7 @@
 //! The graph of each pattern: the graph under test, its magnitude twin or its wide twin.
 
 use super::ctx::{signed_weight_like, smallest_normal, Ctx};
-use super::knobs::{conv_out, heads, kernel, mean_dims, mlp_hidden, pool_conv};
+use super::knobs::{conv_out, graph_mean_dims, heads, kernel, mean_perm, mlp_hidden, pool_conv, swapped};
 use super::{invalid_field, q_in, q_out, Kind, NotApplicable, Q_ADD, Q_CONV, Q_REQ};
 use crate::case::{Case, InvalidCase, Pattern};
 use reference::graph::{Graph, TensorSpec, T};
@@ -31,7 +31,7 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
     // QK-norm's magnitude twin also takes the true values.
     let actual_in = (abs && case.pattern == Pattern::QkNorm).then(|| g.input("x_true", input_spec(case, dt)));
     let x = cx.qdq(x_in, q_in(case));
-    let (dims, keepdim) = mean_dims(case);
+    let (dims, keepdim) = graph_mean_dims(case);
     let rank = case.shape.len();
     let step = |qp: QuantParams| q.then_some(qp.scale);
     let mut steps = vec![];
@@ -51,9 +51,16 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
             } else {
                 x
             };
+            // Variant bit 4: a permute first (after the copy, which reads the input's shape
+            // and format), the mean's dims renumbered to reduce the same input dims.
+            let x = match mean_perm(case) {
+                Some(p) => g.permute(x, &p.iter().map(|&d| d as i64).collect::<Vec<_>>()),
+                None => x,
+            };
             steps.push(step(q_out(case)));
             vec![cx.qdq(cx.mean(x, &dims, keepdim, true), q_out(case))]
         }
+        // `x + x`: its operands are one value, there is no order to swap.
         Pattern::AddMean | Pattern::Gap => {
             let s = cx.qdq(g.add(x, x), Q_ADD);
             steps.push(step(q_out(case)));
@@ -98,7 +105,8 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
             let (w1, b1) = (cx.weight(&[f, d]), cx.weight(&[f]));
             let h = g.relu(cx.linear(n, w1, Some(b1)));
             let (w2, b2) = (cx.weight(&[d, f]), cx.weight(&[d]));
-            vec![g.add(x, cx.linear(h, w2, Some(b2)))]
+            let out = cx.linear(h, w2, Some(b2));
+            vec![if swapped(case) { g.add(out, x) } else { g.add(x, out) }]
         }
         Pattern::ConvMean => {
             let y = cx.qdq(cx.conv(x, case.shape[1], conv_out(case), kernel(case)), Q_CONV);
@@ -121,7 +129,16 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
                 return invalid_field("dtype", "conv_sub_mean has no qs8 form");
             }
             let y = cx.conv(x, case.shape[1], conv_out(case), kernel(case));
-            vec![cx.sub(y, cx.mean(y, &dims, keepdim, false))]
+            let m = cx.mean(y, &dims, keepdim, false);
+            if swapped(case) {
+                // Sub does not commute: `(-1 * m) + y`, the NHWC conv output second. Both
+                // are exact rewrites in IEEE arithmetic (`-m` is exact, `y + (-m)` is `y - m`
+                // rounded once); the magnitude twin adds `|m|`.
+                let neg = if abs { m } else { g.mul(m, cx.scalar(-1.0)) };
+                vec![g.add(neg, y)]
+            } else {
+                vec![cx.sub(y, m)]
+            }
         }
         Pattern::AdaptivePool => {
             let y = if pool_conv(case) {

@@ -3,7 +3,7 @@
 //! exactness rules its oracles use.
 
 use super::{invalid_field, NotApplicable};
-use crate::case::{Case, Pattern};
+use crate::case::{Case, InvalidKind, Pattern};
 use reference::ElemType;
 
 pub(super) fn check_case(case: &Case) -> Result<(), NotApplicable> {
@@ -116,6 +116,77 @@ pub(super) fn pool_conv(case: &Case) -> bool {
     case.variant & 2 == 0
 }
 
+/// Variant bit 3: the commutative ops of `rms_norm`, `qk_norm`, `pre_norm_mlp` and
+/// `conv_sub_mean` take their operands the other way round (see `graph`).
+pub const SWAP: u8 = 1 << 3;
+/// Variant bit 4, `mean`: a permute before the mean (see [`mean_perm`]).
+pub const PERMUTE: u8 = 1 << 4;
+
+pub(super) fn swapped(case: &Case) -> bool {
+    case.variant & SWAP != 0
+}
+
+/// `mean` with variant bit 4, rank 2 or more: the permutation applied before the mean, from
+/// `param`. An even `param` keeps the innermost dim and permutes the others by the Lehmer
+/// code `param / 2` (a transpose whose rows stay contiguous); an odd one moves the
+/// innermost dim (`param / 2` picks the permutation, and where that one keeps the innermost
+/// dim it is swapped with dim `param / 2 % (r - 1)`). `param = 0` is the identity.
+pub fn mean_perm(case: &Case) -> Option<Vec<usize>> {
+    let r = case.shape.len();
+    // `mean_on_qs8` rewires the mean onto the int8 value under its dequantize: no permute
+    // between them.
+    let reads_dq = case.invalid == Some(InvalidKind::MeanOnQs8);
+    if case.pattern != Pattern::Mean || case.variant & PERMUTE == 0 || r < 2 || reads_dq {
+        return None;
+    }
+    let idx = case.param / 2;
+    if case.param.is_multiple_of(2) {
+        let mut p = nth_permutation(r - 1, idx);
+        p.push(r - 1);
+        return Some(p);
+    }
+    let mut p = nth_permutation(r, idx);
+    if p[r - 1] == r - 1 {
+        p.swap(idx % (r - 1), r - 1);
+    }
+    Some(p)
+}
+
+/// Permutation number `k % n!` of `0..n` in lexicographic order (Lehmer code).
+fn nth_permutation(n: usize, k: usize) -> Vec<usize> {
+    let fact = |m: usize| (1..=m).product::<usize>();
+    let mut items: Vec<usize> = (0..n).collect();
+    let mut k = k % fact(n);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let f = fact(n - 1 - i);
+        out.push(items.remove(k / f));
+        k %= f;
+    }
+    out
+}
+
+/// The dims the graph's mean takes: [`mean_dims`], renumbered through [`mean_perm`] so the
+/// mean of the permuted tensor reduces the same input dims (the same count, so chain costs
+/// and qs8 exactness read the case's own dims). A dim written negative stays negative.
+pub(super) fn graph_mean_dims(case: &Case) -> (Vec<i64>, bool) {
+    let (dims, keepdim) = mean_dims(case);
+    let Some(p) = mean_perm(case) else { return (dims, keepdim) };
+    let r = p.len() as i64;
+    let renum = |d: i64| {
+        if d < -r || d >= r {
+            return d;
+        }
+        let pos = p.iter().position(|&x| x as i64 == d.rem_euclid(r)).unwrap_or(0) as i64;
+        if d < 0 {
+            pos - r
+        } else {
+            pos
+        }
+    };
+    (dims.into_iter().map(renum).collect(), keepdim)
+}
+
 pub(super) fn heads(case: &Case) -> usize {
     case.param.clamp(1, 16)
 }
@@ -144,7 +215,7 @@ pub(super) fn is_gap_only(case: &Case) -> bool {
     if !gap_patterns.contains(&case.pattern) || case.mean_dtype.is_some() {
         return false;
     }
-    let (dims, keepdim) = mean_dims(case);
+    let (dims, keepdim) = graph_mean_dims(case);
     let mut norm: Vec<i64> = dims.iter().map(|d| d.rem_euclid(4)).collect();
     norm.sort_unstable();
     keepdim && norm == [2, 3]

@@ -4,12 +4,17 @@
 use super::convert::{input_to_nchw, input_to_nhwc};
 use super::ir::{PGraph, Tag, Target};
 use crate::lower::LowerError;
+use crate::mutants::{is_active, Mutant};
 use reference::graph::{Graph, Op};
 
 pub(super) fn converge(pg: &mut PGraph, g: &Graph, i: usize, recheck: bool) -> Result<(), LowerError> {
     let ins = pg.input_nodes(i);
     let all_nhwc = ins.iter().all(|&x| pg.is_nhwc(x, g));
-    let any_nhwc = ins.iter().any(|&x| pg.is_nhwc(x, g));
+    let any_nhwc = match is_active(Mutant::ConvergeSecondOperand) {
+        // The rule read off the first operand, as if the NHWC one always came first.
+        true => ins.first().is_some_and(|&x| pg.is_nhwc(x, g)),
+        false => ins.iter().any(|&x| pg.is_nhwc(x, g)),
+    };
     if all_nhwc {
         pg.nodes[i].tag = Tag::Nhwc;
     } else if any_nhwc {

@@ -4,6 +4,7 @@
 //! Threaded over output rows.
 
 use super::{numel, Ctx, View, ViewMut};
+use crate::mutants::{is_active, Mutant};
 
 /// Most dims a transpose handles (XNNPACK's `XNN_MAX_TENSOR_DIMS`).
 const MAX_RANK: usize = 6;
@@ -171,8 +172,9 @@ fn transpose_with<T: Copy + Default + Send + Sync>(
         let row0 = start / inner;
         let nrows = chunk.len() / inner;
         if inner_stride == 1 {
+            let in_place = is_active(Mutant::PermuteKeepsInnermost);
             for k in 0..nrows {
-                let b = row_base(row0 + k);
+                let b = if in_place { (row0 + k) * inner } else { row_base(row0 + k) };
                 chunk[k * inner..(k + 1) * inner].copy_from_slice(&x[b..b + inner]);
             }
         } else if tiled {
