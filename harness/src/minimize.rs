@@ -77,6 +77,19 @@ pub fn candidates(c: &Case) -> Vec<Case> {
             push(&|n| n.threads = vec![t]);
         }
     }
+    if let Some(g) = c.graph.as_ref().filter(|_| c.pattern == Pattern::Random) {
+        // A random graph shrinks by its own rules (fewer nodes, smaller inputs), each valid.
+        if c.seed != 0 && c.inputs.is_none() {
+            push(&|n| n.seed = 0);
+        }
+        for g in crate::patterns::random::shrink::candidates(g) {
+            let threads = c.threads.clone();
+            let mut n = crate::gen::random::case_of(g, c.seed, threads);
+            n.modes = c.modes.clone();
+            out.push(n);
+        }
+        return out;
+    }
     if c.runs().len() > 1 && c.inputs.is_none() {
         for r in c.runs() {
             push(&|n| n.run_shapes = vec![r.clone()]);
