@@ -40,12 +40,12 @@
 //! the graph input is its dequantization, and its quantization is the graph's input
 //! quantization (`qparams.input`, which it must equal when both are given).
 
+pub use crate::patterns::random::RandomGraph;
 use anyhow::{bail, Context, Result};
 use delegate::LoweringMode;
 use half::{bf16, f16};
 use reference::{ElemType, MemoryFormat, QuantParams, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
-pub use crate::patterns::random::RandomGraph;
 use sha2::{Digest, Sha256};
 
 /// Why a case can not be run as written: a mistake in the case itself (its writer's, or a

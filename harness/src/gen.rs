@@ -143,7 +143,11 @@ impl Knobs {
     /// The case these knobs mean (total: every value maps to a buildable case).
     pub fn to_case(&self, cfg: &GenConfig) -> Case {
         if self.random {
-            let rcfg = random::RandomConfig { max_elems: cfg.max_elems.min(1024), max_macs: cfg.max_macs, ..Default::default() };
+            let rcfg = random::RandomConfig {
+                max_elems: cfg.max_elems.min(1024),
+                max_macs: cfg.max_macs,
+                ..Default::default()
+            };
             let rg = random::draw(&mut SplitMix64::new(self.seed ^ 0x4A4D_0000_0000_0000), &rcfg);
             return random::case_of(rg, self.seed, self.thread_counts(cfg));
         }

@@ -91,7 +91,8 @@ pub fn draw(src: &mut impl Source, cfg: &RandomConfig) -> RandomGraph {
         // Another input that broadcasts against the first: some dims 1, maybe fewer dims.
         let drop = if src.below(3) == 1 { src.below(rank as u64) as usize } else { 0 };
         let s: Vec<usize> = shape[drop..].iter().map(|&d| if src.below(3) == 1 { 1 } else { d }).collect();
-        let format = if s.len() == 4 && src.below(3) == 1 { MemoryFormat::ChannelsLast } else { MemoryFormat::Contiguous };
+        let format =
+            if s.len() == 4 && src.below(3) == 1 { MemoryFormat::ChannelsLast } else { MemoryFormat::Contiguous };
         inputs.push(RandomInput { shape: s, dtype, format });
     }
     let mut rg = RandomGraph { inputs, nodes: vec![], outputs: vec![] };
@@ -102,7 +103,8 @@ pub fn draw(src: &mut impl Source, cfg: &RandomConfig) -> RandomGraph {
     while rg.nodes.len() < target && tries < 8 * target {
         tries += 1;
         let n = all.len();
-        let v = if src.below(4) == 0 { src.below(n as u64) as usize } else { n - 1 - src.below(n.min(4) as u64) as usize };
+        let v =
+            if src.below(4) == 0 { src.below(n as u64) as usize } else { n - 1 - src.below(n.min(4) as u64) as usize };
         let Some(node) = draw_node(src, &all, v) else { continue };
         rg.nodes.push(node);
         let i = rg.nodes.len() - 1;
@@ -169,7 +171,9 @@ fn draw_node(src: &mut impl Source, all: &[TensorSpec], v: usize) -> Option<Rand
                 dims.reverse();
             }
             let keepdim = src.below(2) == 1;
-            let dtype = (src.below(10) == 9).then(|| FLOATS[(1 + src.below(2) as usize + FLOATS.iter().position(|&d| d == s.dtype).unwrap_or(0)) % 3]);
+            let dtype = (src.below(10) == 9).then(|| {
+                FLOATS[(1 + src.below(2) as usize + FLOATS.iter().position(|&d| d == s.dtype).unwrap_or(0)) % 3]
+            });
             one(RandomOp::Mean { dims, keepdim, dtype })
         }
         1 => (r == 3 || r == 4).then(|| RandomNode { op: RandomOp::Pool, args: vec![v] }),
@@ -199,9 +203,9 @@ fn draw_node(src: &mut impl Source, all: &[TensorSpec], v: usize) -> Option<Rand
             let binary = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul][src.below(3) as usize];
             let n = all.len();
             let start = src.below(n as u64) as usize;
-            let other = (0..n).map(|k| (start + k) % n).find(|&o| {
-                all[o].dtype == s.dtype && reference::graph::broadcast(&all[o].shape, &s.shape).is_ok()
-            })?;
+            let other = (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&o| all[o].dtype == s.dtype && reference::graph::broadcast(&all[o].shape, &s.shape).is_ok())?;
             let args = if src.below(2) == 1 { vec![other, v] } else { vec![v, other] };
             Some(RandomNode { op: RandomOp::Binary { binary }, args })
         }
@@ -212,7 +216,10 @@ fn draw_node(src: &mut impl Source, all: &[TensorSpec], v: usize) -> Option<Rand
                 1 => shape.clone(),
                 2 => shape.iter().map(|&d| if src.below(2) == 1 { 1 } else { d }).collect(),
                 // The value broadcasts: the constant is larger where the value has a 1.
-                _ => shape.iter().map(|&d| if d == 1 && src.below(2) == 1 { 2 + src.below(2) as usize } else { d }).collect(),
+                _ => shape
+                    .iter()
+                    .map(|&d| if d == 1 && src.below(2) == 1 { 2 + src.below(2) as usize } else { d })
+                    .collect(),
             };
             if !c.is_empty() && src.below(3) == 1 {
                 let k = src.below(c.len() as u64) as usize;

@@ -60,7 +60,11 @@ pub fn cases() -> impl Strategy<Value = Case> {
 /// Cases within `cfg`: templates from [`knobs`], and one in twelve a random graph drawn
 /// from a shrinkable tape (`gen::random::graphs`), so it shrinks node by node.
 pub fn cases_with(cfg: GenConfig) -> impl Strategy<Value = Case> {
-    let rcfg = super::random::RandomConfig { max_elems: cfg.max_elems.min(1024), max_macs: cfg.max_macs, ..Default::default() };
+    let rcfg = super::random::RandomConfig {
+        max_elems: cfg.max_elems.min(1024),
+        max_macs: cfg.max_macs,
+        ..Default::default()
+    };
     let templates = knobs().prop_map(move |k| k.to_case(&cfg));
     let random = (super::random::graphs(rcfg), any::<u64>())
         .prop_map(|(g, seed)| super::random::case_of(g, seed, vec![1, 2, 3]));

@@ -55,6 +55,16 @@
 //!    for `T` taps: [`fp16_dwconv_taps`] says how many the XNNPACK comparison adds, as
 //!    `ceil(T / 2)` more ops in the `2 k u_c M` term.
 //!
+//! 7. **An fp16/bf16 convert whose value is read twice corrupts the heap.** When a payload's
+//!    `XNNConvert` from or to fp16/bf16 reads or writes a value that two nodes read (or one
+//!    node and the graph's outputs), XNNPACK's subgraph rewriting folds the convert into one of its
+//!    readers and the other reads a buffer that was never written, or written with the
+//!    other's size: the process aborts with heap corruption, or the values are wrong
+//!    (random graphs found it: a bf16 `to_copy` read by a linear and a mean, fuzz seed 43
+//!    case 107374, `reports/xnnpack-findings.md` finding 16). Nothing in PyTorch's semantics
+//!    explains a crash, so it is not modelled as values: [`folded_convert`] finds such a
+//!    payload and the XNNPACK comparison skips it with that reason, counted, never a pass.
+//!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
 //! still fails.
@@ -88,6 +98,22 @@ pub fn drops_nan(g: &delegate::xnn::XnnGraph) -> bool {
             _ => false,
         };
         clamps && fp16(n.kind.output())
+    })
+}
+
+/// Behaviour 7: a payload with an `XNNConvert` from or to fp16/bf16 whose input or output
+/// is read twice (by two nodes, or by a node and the graph's outputs).
+pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
+    use delegate::xnn::{XNodeKind, XnnDatatype};
+    let narrow = |id: u32| {
+        g.values.iter().any(|v| v.id_out == id && matches!(v.datatype, XnnDatatype::Fp16 | XnnDatatype::Bf16))
+    };
+    let reads = |id: u32| {
+        g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count() + g.output_ids.contains(&id) as usize
+    };
+    g.nodes.iter().filter(|n| matches!(n.kind, XNodeKind::Convert { .. })).any(|n| {
+        let ends: Vec<u32> = n.kind.inputs().into_iter().chain(n.kind.output()).collect();
+        ends.iter().any(|&v| narrow(v)) && ends.iter().any(|&v| reads(v) >= 2)
     })
 }
 

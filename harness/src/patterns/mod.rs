@@ -162,13 +162,16 @@ fn build_random(case: &Case) -> Result<Built, NotApplicable> {
     if largest > crate::case::MAX_ELEMS || macs > knobs::MAX_MACS {
         return invalid_field(
             "graph",
-            format!("a value of {largest} elements and {macs} multiply-accumulates; at most {} and {}", crate::case::MAX_ELEMS, knobs::MAX_MACS),
+            format!(
+                "a value of {largest} elements and {macs} multiply-accumulates; at most {} and {}",
+                crate::case::MAX_ELEMS,
+                knobs::MAX_MACS
+            ),
         );
     }
     let graph = random::build::graph(rg, &specs, case.seed, random::build::Kind::UnderTest)?;
     let costs = random::build::costs(rg, &specs);
-    let (acc_len, ops) =
-        rg.outputs.iter().fold((1, 1), |(l, k), &o| (l.max(costs[o].0), k.max(costs[o].1)));
+    let (acc_len, ops) = rg.outputs.iter().fold((1, 1), |(l, k), &o| (l.max(costs[o].0), k.max(costs[o].1)));
     Ok(Built {
         out_step: vec![None; graph.outputs.len()],
         graph,

@@ -43,7 +43,9 @@ use reference::{ElemType, MemoryFormat, Tensor};
 pub enum Kind {
     UnderTest,
     /// The magnitude twin, floored at `λ`.
-    Magnitude { floor: f32 },
+    Magnitude {
+        floor: f32,
+    },
 }
 
 /// A constant an op needs.

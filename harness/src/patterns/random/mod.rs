@@ -112,7 +112,9 @@ pub enum RandomOp {
         qs8: bool,
     },
     /// `a op b` of two values (add, sub, mul; broadcasting).
-    Binary { binary: BinaryOp },
+    Binary {
+        binary: BinaryOp,
+    },
     /// `x op c` (or `c op x` with `first`) with a seeded constant `c` of `shape`
     /// (broadcasting either way); a divisor is always the constant, in `[0.5, 2]`.
     Constant {
@@ -123,7 +125,9 @@ pub enum RandomOp {
     },
     Square,
     /// `rsqrt(clamp(x, min = floor))`.
-    Rsqrt { floor: f32 },
+    Rsqrt {
+        floor: f32,
+    },
     /// `clamp(x, min, max)`.
     Clamp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,7 +142,10 @@ pub enum RandomOp {
         bias: bool,
     },
     /// `dequantize(quantize(x, scale, zero_point))`.
-    Qdq { scale: f32, zero_point: i32 },
+    Qdq {
+        scale: f32,
+        zero_point: i32,
+    },
     /// `_to_copy(dtype=, memory_format=)`.
     ToCopy {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,8 +153,12 @@ pub enum RandomOp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         format: Option<MemoryFormat>,
     },
-    Reshape { shape: Vec<i64> },
-    Permute { perm: Vec<i64> },
+    Reshape {
+        shape: Vec<i64>,
+    },
+    Permute {
+        perm: Vec<i64>,
+    },
 }
 
 impl RandomOp {
