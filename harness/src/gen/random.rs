@@ -339,3 +339,42 @@ pub fn case_of(rg: RandomGraph, seed: u64, threads: Vec<usize>) -> crate::case::
     c.graph = Some(rg);
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::patterns;
+    use crate::patterns::random::shrink::candidates;
+
+    #[test]
+    fn drawn_graphs_build_round_trip_and_shrink_to_valid_graphs() {
+        let cfg = RandomConfig::default();
+        let mut rng = SplitMix64::new(7);
+        let mut ops = std::collections::BTreeSet::new();
+        for k in 0..300u64 {
+            let g = draw(&mut rng, &cfg);
+            assert!(!g.nodes.is_empty() && g.nodes.len() <= cfg.max_nodes);
+            ops.extend(g.nodes.iter().map(|n| n.op.name()));
+            let c = case_of(g.clone(), k, vec![1, 2, 3]);
+            let b = patterns::build(&c).unwrap_or_else(|e| panic!("{e}: {}", c.to_json()));
+            assert!(b.graph.validate().is_ok(), "{}", c.to_json());
+            assert!(b.magnitude(&c).is_some_and(|m| m.outputs.len() == b.graph.outputs.len()));
+            assert_eq!(crate::case::Case::from_json(&c.to_json()).unwrap(), c);
+            if k % 10 == 0 {
+                for s in candidates(&g) {
+                    patterns::build(&case_of(s, k, vec![1])).unwrap();
+                }
+            }
+        }
+        assert_eq!(ops.len(), 13, "every generator op is drawn: {ops:?}");
+    }
+
+    #[test]
+    fn an_empty_tape_is_the_simplest_graph() {
+        let g = draw(&mut Tape { values: &[], at: 0 }, &RandomConfig::default());
+        assert_eq!(g.inputs.len(), 1);
+        assert_eq!((g.inputs[0].shape.clone(), g.inputs[0].dtype), (vec![1], ElemType::F32));
+        assert_eq!(g.nodes.len(), 1);
+        assert!(matches!(g.nodes[0].op, RandomOp::Mean { .. }));
+    }
+}
