@@ -237,7 +237,8 @@ fn a_0d_permute_stays_outside_and_runs() {
     let graph = g.finish(&[y]).unwrap();
     for mode in LoweringMode::ALL {
         let p = delegate::lower(&graph, mode).unwrap();
-        let outside = p.steps.iter().any(|s| matches!(s, delegate::program::Step::Portable(o) if o.op.name() == "permute_copy"));
+        let outside =
+            p.steps.iter().any(|s| matches!(s, delegate::program::Step::Portable(o) if o.op.name() == "permute_copy"));
         assert!(outside, "{mode}: the 0-D permute is a portable op");
         check(&graph, mode, 1e-5).unwrap_or_else(|e| panic!("{e}"));
     }
