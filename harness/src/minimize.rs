@@ -247,4 +247,26 @@ mod tests {
         assert_eq!(m.case, c);
         assert_eq!(m.steps, 0);
     }
+
+    #[test]
+    fn a_random_graph_shrinks_to_the_node_that_fails() {
+        // "Fails" while the graph has a permute: the result keeps one permute and little else.
+        let cfg = crate::gen::random::RandomConfig::default();
+        let mut rng = reference::data::SplitMix64::new(3);
+        let has_permute = |c: &Case| {
+            c.graph.as_ref().is_some_and(|g| {
+                g.nodes.iter().any(|n| matches!(n.op, crate::patterns::random::RandomOp::Permute { .. }))
+            })
+        };
+        let c = (0..)
+            .map(|k| crate::gen::random::case_of(crate::gen::random::draw(&mut rng, &cfg), k, vec![1, 2, 3]))
+            .find(|c| has_permute(c) && c.graph.as_ref().is_some_and(|g| g.nodes.len() >= 8))
+            .unwrap();
+        let m = minimize(&c, Budget::default(), has_permute);
+        let g = m.case.graph.as_ref().unwrap();
+        assert!(g.nodes.len() <= 2, "{}", m.case.to_json());
+        assert!(g.inputs[0].shape.iter().all(|&d| d == 1), "{}", m.case.to_json());
+        assert!(patterns::build(&m.case).is_ok());
+        assert_eq!((m.case.modes.len(), m.case.threads.len(), m.case.seed), (1, 1, 0));
+    }
 }

@@ -55,15 +55,17 @@
 //!    for `T` taps: [`fp16_dwconv_taps`] says how many the XNNPACK comparison adds, as
 //!    `ceil(T / 2)` more ops in the `2 k u_c M` term.
 //!
-//! 7. **An fp16/bf16 convert whose value is read twice corrupts the heap.** When a payload's
-//!    `XNNConvert` from or to fp16/bf16 reads or writes a value that two nodes read (or one
-//!    node and the graph's outputs), XNNPACK's subgraph rewriting folds the convert into one of its
-//!    readers and the other reads a buffer that was never written, or written with the
-//!    other's size: the process aborts with heap corruption, or the values are wrong
-//!    (random graphs found it: a bf16 `to_copy` read by a linear and a mean, fuzz seed 43
-//!    case 107374, `reports/xnnpack-findings.md` finding 16). Nothing in PyTorch's semantics
-//!    explains a crash, so it is not modelled as values: [`folded_convert`] finds such a
-//!    payload and the XNNPACK comparison skips it with that reason, counted, never a pass.
+//! 7. **A converted value that is both an output and read again corrupts the heap.** When a
+//!    payload's `XNNConvert` writes a value that is one of the payload's outputs and also
+//!    read by another node (or the payload has an fp16/bf16 convert and an fp16/bf16 value
+//!    read twice: the bf16 case did not shrink further in the time there was), XNNPACK aborts with heap corruption (a segmentation fault) or
+//!    gives wrong values (random graphs found it; smallest: fp32 [1,1,1,1], `dq(q(x))` read
+//!    by a copy and also an output, `xnnpack-convert-output-read-qdq.json`; first met as a
+//!    bf16 graph whose outputs were 15 of 30 elements wrong, `xnnpack-folded-convert-*.json`;
+//!    `reports/xnnpack-findings.md` finding 16). Nothing in PyTorch's semantics explains a
+//!    crash, so it is not modelled as values: [`folded_convert`] finds such a payload and the
+//!    XNNPACK comparison (and `replay`'s side-by-side table) skips it with that reason,
+//!    counted, never a pass.
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
@@ -101,20 +103,21 @@ pub fn drops_nan(g: &delegate::xnn::XnnGraph) -> bool {
     })
 }
 
-/// Behaviour 7: a payload with an `XNNConvert` from or to fp16/bf16 whose input or output
-/// is read twice (by two nodes, or by a node and the graph's outputs).
+/// Behaviour 7: a payload with an `XNNConvert` whose output is both one of the payload's
+/// outputs and read by a node of it, or with an fp16/bf16 `XNNConvert` and an fp16/bf16
+/// value read twice (the two shapes the two aborting cases shrank to).
 pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
     use delegate::xnn::{XNodeKind, XnnDatatype};
+    let reads = |id: u32| g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count();
     let narrow = |id: u32| {
         g.values.iter().any(|v| v.id_out == id && matches!(v.datatype, XnnDatatype::Fp16 | XnnDatatype::Bf16))
     };
-    let reads = |id: u32| {
-        g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count() + g.output_ids.contains(&id) as usize
-    };
-    g.nodes.iter().filter(|n| matches!(n.kind, XNodeKind::Convert { .. })).any(|n| {
-        let ends: Vec<u32> = n.kind.inputs().into_iter().chain(n.kind.output()).collect();
-        ends.iter().any(|&v| narrow(v)) && ends.iter().any(|&v| reads(v) >= 2)
-    })
+    let converts = || g.nodes.iter().filter(|n| matches!(n.kind, XNodeKind::Convert { .. }));
+    let output_read = converts().filter_map(|n| n.kind.output()).any(|o| g.output_ids.contains(&o) && reads(o) >= 1);
+    let narrow_convert = converts().any(|n| n.kind.inputs().into_iter().chain(n.kind.output()).any(narrow));
+    let narrow_twice =
+        g.values.iter().any(|v| narrow(v.id_out) && reads(v.id_out) + g.output_ids.contains(&v.id_out) as usize >= 2);
+    output_read || narrow_convert && narrow_twice
 }
 
 /// The largest tap count of an fp16 depthwise convolution in a loaded payload (behaviour 6;
