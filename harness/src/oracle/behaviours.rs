@@ -21,6 +21,10 @@
 //!    kernel, so `xnn_subgraph_fallback_from_fp16_to_fp32` runs it in fp32 together with every
 //!    op downstream of it in the delegate: its squares are never rounded to fp16 and do not
 //!    overflow at 65504 where PyTorch's fp16 `square` does. Modelled by [`fused_mean_square`].
+//!    A `mul(x, x)` is fused the same way (random graphs found it; probe: fp16 `[300, 300,
+//!    1, 1]`, `mean(x * x)` gives 44992 where the reference's fp16 products overflow to inf,
+//!    `xnnpack-fp16-mean-of-mul-square.json`); a global average pooling of a square is not
+//!    (the same probe gives inf).
 //!
 //! 4. **qs8 ties round its own ways.** XNNPACK's qs8 mean rounds a tie to even *after* adding
 //!    the output zero point, its qs8 add rounds ties up; PyTorch's quantize (and its convert)
@@ -182,9 +186,14 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
     g.nodes.iter().any(|n| match n.kind {
         XNodeKind::StaticMean { input_id, .. } => {
             fp16(input_id)
-                && g.nodes
-                    .iter()
-                    .any(|p| matches!(p.kind, XNodeKind::Square { output_id, .. } if output_id == input_id))
+                && g.nodes.iter().any(|p| match p.kind {
+                    XNodeKind::Square { output_id, .. } => output_id == input_id,
+                    // `x * x` is a square to its pattern match too (probe below).
+                    XNodeKind::Multiply { input1_id, input2_id, output_id, .. } => {
+                        output_id == input_id && input1_id == input2_id
+                    }
+                    _ => false,
+                })
         }
         _ => false,
     })
@@ -208,7 +217,13 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             && n.spec.dtype == ElemType::F16
             && delegated(i)
             && n.inputs.first().is_some_and(|&s| {
-                matches!(g.nodes[s].op, Op::Square) && g.nodes[s].spec.dtype == ElemType::F16 && delegated(s)
+                let sq = &g.nodes[s];
+                let square = match sq.op {
+                    Op::Square => true,
+                    Op::Binary(reference::graph::BinaryOp::Mul) => sq.inputs[0] == sq.inputs[1],
+                    _ => false,
+                };
+                square && sq.spec.dtype == ElemType::F16 && delegated(s)
             })
     };
     // Which nodes compute in fp32.
