@@ -9,7 +9,7 @@
 //!
 //! | field | meaning | default |
 //! |---|---|---|
-//! | `pattern` | graph shape, see [`Pattern`] (`mean`, `add_mean`, `gap`, `rms_norm`, `qk_norm`, `pre_norm_mlp`, `conv_mean`, `conv_mean_conv`, `conv_sub_mean`, `shared_input`, `adaptive_pool`) | required |
+//! | `pattern` | graph shape, see [`Pattern`] (`mean`, `add_mean`, `gap`, `rms_norm`, `qk_norm`, `pre_norm_mlp`, `conv_mean`, `conv_mean_conv`, `conv_sub_mean`, `shared_input`, `adaptive_pool`, or `random` with `graph`) | required |
 //! | `shape` | logical (NCHW) shape of the main input; for dynamic dims, the upper bound | required |
 //! | `dims` | the `mean.dim` dims list (any order, negative allowed, `[]` = all dims) | `[]` |
 //! | `keepdim` | `keepdim` of the mean | `false` |
@@ -27,6 +27,7 @@
 //! | `invalid` | make the graph invalid on purpose, see [`InvalidKind`] | none |
 //! | `qparams` | qs8 `mean` (no requantizing copy) and `adaptive_pool` without conv: a real quantizer's parameters, `{"input":{"scale":0.0078431377,"zero_point":-1},"output":{...}}`, replacing the power-of-two defaults (either may be left out) | none |
 //! | `inputs` | inline input tensors, one per run shape per graph input (see [`InlineTensor`]); replaces the seed for graph inputs | none |
+//! | `graph` | `random` cases only: the whole graph, `{"inputs":[{"shape":[2,3],"dtype":"f16"}],"nodes":[{"op":"mean","dims":[-1],"args":[0]}],"outputs":[1]}` (see [`RandomGraph`]); `shape`, `format` and `dtype` then repeat its first input's shape and format and its coarsest float type | none |
 //! | `xfail` | a known open bug: replay expects this case to fail, and says so when it passes | none |
 //!
 //! An inline tensor is `{"shape":[2,3],"dtype":"f32","values":[0.5,"nan",...],"bits":[1056964608,...]}`:
@@ -39,6 +40,7 @@
 //! the graph input is its dequantization, and its quantization is the graph's input
 //! quantization (`qparams.input`, which it must equal when both are given).
 
+pub use crate::patterns::random::RandomGraph;
 use anyhow::{bail, Context, Result};
 use delegate::LoweringMode;
 use half::{bf16, f16};
@@ -96,6 +98,9 @@ pub enum Pattern {
     /// `F.adaptive_avg_pool2d(conv2d(x), 1)` (variant bit 1: of `x` itself), a CNN head:
     /// `to_edge` makes it `mean([-1, -2], keepdim=True)`, so it lowers to GAP in every mode.
     AdaptivePool,
+    /// A random DAG over the whole graph language, stored in [`Case::graph`]
+    /// (`patterns::random`). Not in [`Pattern::ALL`], which the templates' draw indexes.
+    Random,
 }
 
 impl Pattern {
@@ -127,6 +132,7 @@ impl Pattern {
             Pattern::ConvSubMean => "conv_sub_mean",
             Pattern::SharedInput => "shared_input",
             Pattern::AdaptivePool => "adaptive_pool",
+            Pattern::Random => "random",
         }
     }
 
@@ -370,6 +376,8 @@ pub struct Case {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<Vec<InlineTensor>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<RandomGraph>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xfail: Option<String>,
 }
 
@@ -395,6 +403,7 @@ impl Case {
             invalid: None,
             qparams: None,
             inputs: None,
+            graph: None,
             xfail: None,
         }
     }
@@ -491,6 +500,9 @@ impl Case {
 
     /// A short label for logs: `add_mean f32 [2,3,4] dims=[-1] keepdim`.
     pub fn label(&self) -> String {
+        if let Some(g) = &self.graph {
+            return format!("random {} {:?} {} nodes {} inputs", self.dtype, self.shape, g.nodes.len(), g.inputs.len());
+        }
         let mut s = format!("{} {} {:?} dims={:?}", self.pattern.name(), self.dtype, self.shape, self.dims);
         if self.keepdim {
             s.push_str(" keepdim");

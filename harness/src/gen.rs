@@ -9,6 +9,7 @@
 //!   contiguous before channels_last, fp32 before other dtypes, valid before invalid;
 //! - libFuzzer, through `arbitrary::Arbitrary` (derived for `Knobs`, implemented for `Case`).
 
+pub mod random;
 pub mod strategies;
 
 use crate::case::{Case, InvalidKind, Pattern};
@@ -75,6 +76,8 @@ pub struct Knobs {
     /// A large case (see [`GenConfig::large_bytes`]), of `large_size` (log scale).
     pub large: bool,
     pub large_size: u8,
+    /// A random graph (`patterns::random`) drawn from `seed` instead of a template.
+    pub random: bool,
 }
 
 fn size_of(s: u8) -> usize {
@@ -132,11 +135,22 @@ impl Knobs {
             threads: extra as u8,
             large: (extra >> 8) % 50 < 1,
             large_size: (extra >> 16) as u8,
+            // From the same last draw: every template case keeps its knobs; about one in 12.
+            random: (extra >> 24) % 12 == 0,
         }
     }
 
     /// The case these knobs mean (total: every value maps to a buildable case).
     pub fn to_case(&self, cfg: &GenConfig) -> Case {
+        if self.random {
+            let rcfg = random::RandomConfig {
+                max_elems: cfg.max_elems.min(1024),
+                max_macs: cfg.max_macs,
+                ..Default::default()
+            };
+            let rg = random::draw(&mut SplitMix64::new(self.seed ^ 0x4A4D_0000_0000_0000), &rcfg);
+            return random::case_of(rg, self.seed, self.thread_counts(cfg));
+        }
         let invalid = match self.invalid as usize {
             i if (1..=InvalidKind::ALL.len()).contains(&i) => Some(InvalidKind::ALL[i - 1]),
             _ => None,
@@ -160,13 +174,7 @@ impl Knobs {
             .then_some(if dtype == ElemType::F32 { ElemType::F16 } else { ElemType::F32 });
 
         let (dynamic, run_shapes) = self.dynamic_dims(pattern, rank, invalid, &shape);
-        let mut threads = vec![1, cfg.threads.max(2)];
-        if cfg.max_threads >= 3 {
-            let third = 3 + self.threads as usize % (cfg.max_threads - 2);
-            if !threads.contains(&third) {
-                threads.push(third);
-            }
-        }
+        let threads = self.thread_counts(cfg);
         let mut case = Case::new(pattern, &shape, &dims, self.keepdim);
         case.dtype = dtype;
         case.format = format;
@@ -183,6 +191,18 @@ impl Knobs {
         case.invalid = invalid;
         case.qparams = real_qparams(&case);
         case
+    }
+
+    /// 1, the config's count, and a third from 3 to `max_threads`.
+    fn thread_counts(&self, cfg: &GenConfig) -> Vec<usize> {
+        let mut threads = vec![1, cfg.threads.max(2)];
+        if cfg.max_threads >= 3 {
+            let third = 3 + self.threads as usize % (cfg.max_threads - 2);
+            if !threads.contains(&third) {
+                threads.push(third);
+            }
+        }
+        threads
     }
 
     /// A large case's element budget: patterns without a conv or linear (whose MAC budget
@@ -532,7 +552,7 @@ mod tests {
             seen.insert(c.pattern);
             assert_eq!(Case::from_json(&c.to_json()).unwrap(), c);
         }
-        assert_eq!(seen.len(), Pattern::ALL.len());
+        assert!(Pattern::ALL.iter().all(|p| seen.contains(p)) && seen.contains(&Pattern::Random));
         assert_eq!(third, (3..=8).collect(), "every third thread count, odd ones included");
         // One in fifty draws large; only patterns without conv or linear take it (4 of 11).
         assert!((8..=40).contains(&large), "{large} large cases in 2000");

@@ -77,6 +77,19 @@ pub fn candidates(c: &Case) -> Vec<Case> {
             push(&|n| n.threads = vec![t]);
         }
     }
+    if let Some(g) = c.graph.as_ref().filter(|_| c.pattern == Pattern::Random) {
+        // A random graph shrinks by its own rules (fewer nodes, smaller inputs), each valid.
+        if c.seed != 0 && c.inputs.is_none() {
+            push(&|n| n.seed = 0);
+        }
+        for g in crate::patterns::random::shrink::candidates(g) {
+            let threads = c.threads.clone();
+            let mut n = crate::gen::random::case_of(g, c.seed, threads);
+            n.modes = c.modes.clone();
+            out.push(n);
+        }
+        return out;
+    }
     if c.runs().len() > 1 && c.inputs.is_none() {
         for r in c.runs() {
             push(&|n| n.run_shapes = vec![r.clone()]);
@@ -233,5 +246,27 @@ mod tests {
         let m = minimize(&c, Budget::default(), |_| false);
         assert_eq!(m.case, c);
         assert_eq!(m.steps, 0);
+    }
+
+    #[test]
+    fn a_random_graph_shrinks_to_the_node_that_fails() {
+        // "Fails" while the graph has a permute: the result keeps one permute and little else.
+        let cfg = crate::gen::random::RandomConfig::default();
+        let mut rng = reference::data::SplitMix64::new(3);
+        let has_permute = |c: &Case| {
+            c.graph.as_ref().is_some_and(|g| {
+                g.nodes.iter().any(|n| matches!(n.op, crate::patterns::random::RandomOp::Permute { .. }))
+            })
+        };
+        let c = (0..)
+            .map(|k| crate::gen::random::case_of(crate::gen::random::draw(&mut rng, &cfg), k, vec![1, 2, 3]))
+            .find(|c| has_permute(c) && c.graph.as_ref().is_some_and(|g| g.nodes.len() >= 8))
+            .unwrap();
+        let m = minimize(&c, Budget::default(), has_permute);
+        let g = m.case.graph.as_ref().unwrap();
+        assert!(g.nodes.len() <= 2, "{}", m.case.to_json());
+        assert!(g.inputs[0].shape.iter().all(|&d| d == 1), "{}", m.case.to_json());
+        assert!(patterns::build(&m.case).is_ok());
+        assert_eq!((m.case.modes.len(), m.case.threads.len(), m.case.seed), (1, 1, 0));
     }
 }

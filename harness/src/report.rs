@@ -24,6 +24,8 @@ pub struct Coverage {
     pub skip_reasons: BTreeMap<String, u64>,
     /// Per engine: cases it ran, and the cases it skipped counted by reason.
     pub per_engine: BTreeMap<EngineKind, EngineCount>,
+    /// Random graphs: generator op -> nodes drawn (`patterns::random`).
+    pub random_ops: BTreeMap<&'static str, u64>,
 }
 
 /// One engine's share of a campaign.
@@ -57,6 +59,7 @@ impl Coverage {
         add(&mut self.per_mode, &o.per_mode);
         add(&mut self.per_feature, &o.per_feature);
         add(&mut self.skip_reasons, &o.skip_reasons);
+        add(&mut self.random_ops, &o.random_ops);
         for (k, v) in &o.per_engine {
             let e = self.per_engine.entry(*k).or_default();
             e.ran += v.ran;
@@ -79,6 +82,9 @@ impl Coverage {
         *self.per_pattern.entry(case.pattern.name()).or_default() += 1;
         *self.per_dtype.entry(case.dtype.to_string()).or_default() += 1;
         *self.per_rank.entry(case.shape.len()).or_default() += 1;
+        for n in case.graph.iter().flat_map(|g| &g.nodes) {
+            *self.random_ops.entry(n.op.name()).or_default() += 1;
+        }
         let mut features = vec![];
         if case.format != reference::MemoryFormat::Contiguous {
             features.push("channels_last");
@@ -150,6 +156,13 @@ impl Coverage {
         line(&mut s, "rank", self.per_rank.iter().map(|(k, v)| (k.to_string(), *v)).collect());
         line(&mut s, "mode", self.per_mode.iter().map(|(k, v)| (k.clone(), *v)).collect());
         line(&mut s, "features", self.per_feature.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        let random = self.per_pattern.get("random").copied().unwrap_or(0);
+        if random > 0 {
+            // The random graphs' share of the cases, and the generator ops they drew.
+            let share = 100.0 * random as f64 / self.cases.max(1) as f64;
+            let ops: Vec<String> = self.random_ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(s, "  {:<9} {random} cases ({share:.1}%), nodes: {}", "random", ops.join(", "));
+        }
         let _ = writeln!(s, "  {:<9} {:>10} {:>10} {:>10}", "oracle", "pass", "skip", "fail");
         for o in OracleKind::ALL {
             let [p, k, f] = self.per_oracle.get(&o).copied().unwrap_or_default();

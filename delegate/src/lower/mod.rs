@@ -137,8 +137,17 @@ fn lower_partition(
     opts: &LowerOptions,
 ) -> Result<crate::xnn::XnnGraph, LowerError> {
     let mut pg = layout::PGraph::build(graph, plan, p, ext_inputs)?;
+    // The layout rules of `opts.mode` (the plan's mode, except for `fewest`'s second try).
+    pg.mode = opts.mode;
     layout::run(&mut pg, graph, opts)?;
-    emit::emit(&pg, graph, opts)
+    let own = emit::emit(&pg, graph, opts)?;
+    // Only a mean the pass does not treat as GAP reads the mode (`layout::reads_mode`).
+    let reads_mode = p.nodes.iter().any(|&m| layout::reads_mode(&graph.nodes[m].op, &graph.nodes[m].spec));
+    if opts.mode != LoweringMode::NhwcAware || !reads_mode {
+        return Ok(own);
+    }
+    let static_mean = LowerOptions { mode: LoweringMode::StaticMean, ..opts.clone() };
+    Ok(layout::fewest::fewest(own, || lower_partition(graph, plan, p, ext_inputs, &static_mean)))
 }
 
 fn lower_planned(

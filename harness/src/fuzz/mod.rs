@@ -69,7 +69,8 @@ pub struct FuzzArgs {
     #[arg(long, default_value_t = 1 << 20)]
     pub large_bytes: usize,
     /// Only these patterns (repeatable): mean, add_mean, gap, rms_norm, qk_norm,
-    /// pre_norm_mlp, conv_mean, conv_mean_conv, conv_sub_mean, shared_input, adaptive_pool.
+    /// pre_norm_mlp, conv_mean, conv_mean_conv, conv_sub_mean, shared_input, adaptive_pool,
+    /// random (random graphs, about one case in twelve).
     #[arg(long = "pattern")]
     pub patterns: Vec<String>,
     /// Only these dtypes (repeatable): f32, f16, bf16, qs8.
@@ -112,10 +113,10 @@ fn parse_shard(s: &str) -> Result<(u64, u64)> {
 
 fn parse_pattern(s: &str) -> Result<Pattern> {
     Pattern::ALL
-        .iter()
-        .copied()
+        .into_iter()
+        .chain([Pattern::Random])
         .find(|p| p.name() == s)
-        .with_context(|| format!("unknown pattern {s:?}; one of {:?}", Pattern::ALL.map(|p| p.name())))
+        .with_context(|| format!("unknown pattern {s:?}; one of {:?} or random", Pattern::ALL.map(|p| p.name())))
 }
 
 fn parse_dtype(s: &str) -> Result<ElemType> {

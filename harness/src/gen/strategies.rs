@@ -15,13 +15,18 @@ pub fn knobs() -> impl Strategy<Value = Knobs> {
     let kind = (any::<bool>(), 0u8..4, any::<bool>(), any::<bool>(), prop_oneof![4 => Just(0u8), 1 => any::<u8>()]);
     let rest = (any::<u8>(), any::<u8>(), prop_oneof![9 => Just(0u8), 1 => 1u8..12], any::<u64>(), any::<bool>());
     // Large cases only where the config allows them (`GenConfig::large_bytes`), one in fifty.
-    let run = (any::<u8>(), prop_oneof![49 => Just(false), 1 => Just(true)], any::<u8>());
+    let run = (
+        any::<u8>(),
+        prop_oneof![49 => Just(false), 1 => Just(true)],
+        any::<u8>(),
+        prop_oneof![11 => Just(false), 1 => Just(true)],
+    );
     (shape, kind, rest, run).prop_map(
         |(
             (pattern, rank, sizes, dims_kind, dim_pick, negative),
             (keepdim, dtype, channels_last, mean_dtype, dynamic),
             (param, variant, invalid, seed, specials),
-            (threads, large, large_size),
+            (threads, large, large_size, random),
         )| Knobs {
             pattern,
             rank,
@@ -42,6 +47,7 @@ pub fn knobs() -> impl Strategy<Value = Knobs> {
             threads,
             large,
             large_size,
+            random,
         },
     )
 }
@@ -51,7 +57,16 @@ pub fn cases() -> impl Strategy<Value = Case> {
     cases_with(GenConfig::default())
 }
 
-/// Cases within `cfg`.
+/// Cases within `cfg`: templates from [`knobs`], and one in twelve a random graph drawn
+/// from a shrinkable tape (`gen::random::graphs`), so it shrinks node by node.
 pub fn cases_with(cfg: GenConfig) -> impl Strategy<Value = Case> {
-    knobs().prop_map(move |k| k.to_case(&cfg))
+    let rcfg = super::random::RandomConfig {
+        max_elems: cfg.max_elems.min(1024),
+        max_macs: cfg.max_macs,
+        ..Default::default()
+    };
+    let templates = knobs().prop_map(move |k| k.to_case(&cfg));
+    let random = (super::random::graphs(rcfg), any::<u64>())
+        .prop_map(|(g, seed)| super::random::case_of(g, seed, vec![1, 2, 3]));
+    prop_oneof![11 => templates, 1 => random]
 }

@@ -21,6 +21,10 @@
 //!    kernel, so `xnn_subgraph_fallback_from_fp16_to_fp32` runs it in fp32 together with every
 //!    op downstream of it in the delegate: its squares are never rounded to fp16 and do not
 //!    overflow at 65504 where PyTorch's fp16 `square` does. Modelled by [`fused_mean_square`].
+//!    A `mul(x, x)` is fused the same way (random graphs found it; probe: fp16 `[300, 300,
+//!    1, 1]`, `mean(x * x)` gives 44992 where the reference's fp16 products overflow to inf,
+//!    `xnnpack-fp16-mean-of-mul-square.json`); a global average pooling of a square is not
+//!    (the same probe gives inf).
 //!
 //! 4. **qs8 ties round its own ways.** XNNPACK's qs8 mean rounds a tie to even *after* adding
 //!    the output zero point, its qs8 add rounds ties up; PyTorch's quantize (and its convert)
@@ -54,6 +58,18 @@
 //!    probe). That is one more fp16 rounding of a partial sum (at most `M`) per tap, `T u_c M`
 //!    for `T` taps: [`fp16_dwconv_taps`] says how many the XNNPACK comparison adds, as
 //!    `ceil(T / 2)` more ops in the `2 k u_c M` term.
+//!
+//! 7. **A converted value that is both an output and read again corrupts the heap.** When a
+//!    payload's `XNNConvert` writes a value that is one of the payload's outputs and also
+//!    read by another node (or the payload has an fp16/bf16 convert and an fp16/bf16 value
+//!    read twice: the bf16 case did not shrink further in the time there was), XNNPACK aborts with heap corruption (a segmentation fault) or
+//!    gives wrong values (random graphs found it; smallest: fp32 [1,1,1,1], `dq(q(x))` read
+//!    by a copy and also an output, `xnnpack-convert-output-read-qdq.json`; first met as a
+//!    bf16 graph whose outputs were 15 of 30 elements wrong, `xnnpack-folded-convert-*.json`;
+//!    `reports/xnnpack-findings.md` finding 16). Nothing in PyTorch's semantics explains a
+//!    crash, so it is not modelled as values: [`folded_convert`] finds such a payload and the
+//!    XNNPACK comparison (and `replay`'s side-by-side table) skips it with that reason,
+//!    counted, never a pass.
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
@@ -89,6 +105,23 @@ pub fn drops_nan(g: &delegate::xnn::XnnGraph) -> bool {
         };
         clamps && fp16(n.kind.output())
     })
+}
+
+/// Behaviour 7: a payload with an `XNNConvert` whose output is both one of the payload's
+/// outputs and read by a node of it, or with an fp16/bf16 `XNNConvert` and an fp16/bf16
+/// value read twice (the two shapes the two aborting cases shrank to).
+pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
+    use delegate::xnn::{XNodeKind, XnnDatatype};
+    let reads = |id: u32| g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count();
+    let narrow = |id: u32| {
+        g.values.iter().any(|v| v.id_out == id && matches!(v.datatype, XnnDatatype::Fp16 | XnnDatatype::Bf16))
+    };
+    let converts = || g.nodes.iter().filter(|n| matches!(n.kind, XNodeKind::Convert { .. }));
+    let output_read = converts().filter_map(|n| n.kind.output()).any(|o| g.output_ids.contains(&o) && reads(o) >= 1);
+    let narrow_convert = converts().any(|n| n.kind.inputs().into_iter().chain(n.kind.output()).any(narrow));
+    let narrow_twice =
+        g.values.iter().any(|v| narrow(v.id_out) && reads(v.id_out) + g.output_ids.contains(&v.id_out) as usize >= 2);
+    output_read || narrow_convert && narrow_twice
 }
 
 /// The largest tap count of an fp16 depthwise convolution in a loaded payload (behaviour 6;
@@ -153,9 +186,14 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
     g.nodes.iter().any(|n| match n.kind {
         XNodeKind::StaticMean { input_id, .. } => {
             fp16(input_id)
-                && g.nodes
-                    .iter()
-                    .any(|p| matches!(p.kind, XNodeKind::Square { output_id, .. } if output_id == input_id))
+                && g.nodes.iter().any(|p| match p.kind {
+                    XNodeKind::Square { output_id, .. } => output_id == input_id,
+                    // `x * x` is a square to its pattern match too (probe below).
+                    XNodeKind::Multiply { input1_id, input2_id, output_id, .. } => {
+                        output_id == input_id && input1_id == input2_id
+                    }
+                    _ => false,
+                })
         }
         _ => false,
     })
@@ -179,7 +217,13 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             && n.spec.dtype == ElemType::F16
             && delegated(i)
             && n.inputs.first().is_some_and(|&s| {
-                matches!(g.nodes[s].op, Op::Square) && g.nodes[s].spec.dtype == ElemType::F16 && delegated(s)
+                let sq = &g.nodes[s];
+                let square = match sq.op {
+                    Op::Square => true,
+                    Op::Binary(reference::graph::BinaryOp::Mul) => sq.inputs[0] == sq.inputs[1],
+                    _ => false,
+                };
+                square && sq.spec.dtype == ElemType::F16 && delegated(s)
             })
     };
     // Which nodes compute in fp32.

@@ -36,6 +36,7 @@ pub(super) fn build_graph(case: &Case, kind: Kind) -> Result<(Graph, Vec<Option<
     let step = |qp: QuantParams| q.then_some(qp.scale);
     let mut steps = vec![];
     let outputs: Vec<T> = match case.pattern {
+        Pattern::Random => return invalid_field("pattern", "a random graph is built by `patterns::random`"),
         Pattern::Mean => {
             // qs8, variant bit 0: the mean reads a requantizing copy, `dq -> copy -> q` with
             // other parameters on each side (a same-layout memory-format copy, or with bit 1

@@ -264,6 +264,8 @@ pub(super) fn chain_cost(case: &Case) -> (usize, usize) {
         Pattern::SharedInput => ((c * k * k).max(n), 1),
         Pattern::AdaptivePool if pool_conv(case) => (c * k * k + n, 2),
         Pattern::AdaptivePool => (n, 1),
+        // Derived per value by `random::build::costs`.
+        Pattern::Random => (0, 0),
     }
 }
 

@@ -32,6 +32,7 @@ pub mod corrupt;
 pub mod ctx;
 pub mod graph;
 pub mod knobs;
+pub mod random;
 pub mod twins;
 
 pub use knobs::{mean_dims, qs8_exact};
@@ -108,6 +109,12 @@ fn invalid_field<T>(field: &str, msg: impl Into<String>) -> Result<T, NotApplica
 
 /// Builds the graph under test (and its magnitude twin) for a case.
 pub fn build(case: &Case) -> Result<Built, NotApplicable> {
+    if case.pattern == Pattern::Random {
+        return build_random(case);
+    }
+    if case.graph.is_some() {
+        return invalid_field("graph", "only `random` cases carry a graph");
+    }
     check_case(case)?;
     let (graph, out_step) = build_graph(case, Kind::UnderTest)?;
     let mut graph = graph;
@@ -131,6 +138,54 @@ pub fn build(case: &Case) -> Result<Built, NotApplicable> {
     })
 }
 
+/// A `random` case: its stored graph, checked (see `random`), and its chain costs.
+fn build_random(case: &Case) -> Result<Built, NotApplicable> {
+    case.check()?;
+    let Some(rg) = &case.graph else { return invalid_field("graph", "a `random` case needs its graph") };
+    let specs = random::build::specs(rg)?;
+    let first = &rg.inputs[0];
+    let fixed = [
+        ("shape", case.shape != first.shape, "the first input's shape"),
+        ("format", case.format != first.format, "the first input's format"),
+        ("dtype", case.dtype != rg.coarsest(), "the graph's coarsest float type"),
+        ("dynamic", !case.dynamic.is_empty(), "none (random graphs are static)"),
+        ("run_shapes", !case.run_shapes.is_empty(), "none"),
+        ("mean_dtype", case.mean_dtype.is_some(), "none (a mean node says its dtype)"),
+        ("qparams", case.qparams.is_some(), "none (a qdq node says its own)"),
+        ("invalid", case.invalid.is_some(), "none"),
+        ("specials", case.specials, "false"),
+    ];
+    if let Some((field, _, want)) = fixed.iter().find(|f| f.1) {
+        return invalid_field(field, format!("a `random` case's {field} must be {want}"));
+    }
+    let (largest, macs) = random::build::size_cost(rg, &specs);
+    if largest > crate::case::MAX_ELEMS || macs > knobs::MAX_MACS {
+        return invalid_field(
+            "graph",
+            format!(
+                "a value of {largest} elements and {macs} multiply-accumulates; at most {} and {}",
+                crate::case::MAX_ELEMS,
+                knobs::MAX_MACS
+            ),
+        );
+    }
+    let graph = random::build::graph(rg, &specs, case.seed, random::build::Kind::UnderTest)?;
+    let costs = random::build::costs(rg, &specs);
+    let (acc_len, ops) = rg.outputs.iter().fold((1, 1), |(l, k), &o| (l.max(costs[o].0), k.max(costs[o].1)));
+    Ok(Built {
+        out_step: vec![None; graph.outputs.len()],
+        graph,
+        twin: std::cell::OnceCell::new(),
+        wide: std::cell::OnceCell::new(),
+        rounds_once: false,
+        acc_len,
+        ops,
+        input_grid: None,
+        ties: false,
+        gap_only: false,
+    })
+}
+
 impl Built {
     /// The fp32 magnitude twin of `case`, the case this was built from (None for invalid
     /// graphs and qs8 cases). Built on first use: the outputs oracle asks for it only when an
@@ -138,6 +193,11 @@ impl Built {
     pub fn magnitude(&self, case: &Case) -> Option<&Graph> {
         self.twin
             .get_or_init(|| {
+                if let Some(rg) = case.graph.as_ref().filter(|_| case.pattern == Pattern::Random) {
+                    let specs = random::build::specs(rg).ok()?;
+                    let kind = random::build::Kind::Magnitude { floor: random::build::floor_of(rg) };
+                    return random::build::graph(rg, &specs, case.seed, kind).ok();
+                }
                 let wanted = case.invalid.is_none() && (case.dtype != ElemType::Qs8 || self.ties);
                 wanted.then(|| build_graph(case, Kind::Magnitude).ok().map(|(g, _)| g)).flatten()
             })
@@ -171,6 +231,10 @@ enum Kind {
 /// The concrete input shapes of one run: the case's run shape for the main input (and its
 /// twin), with a dynamic dim pushed above its bound for `dynamic_above_bound`.
 pub fn run_input_shapes(case: &Case, graph: &Graph, run: &[usize]) -> Vec<Vec<usize>> {
+    if case.pattern == Pattern::Random {
+        // Each input at its own (static) shape.
+        return graph.inputs.iter().map(|&i| graph.nodes[i].spec.max_shape()).collect();
+    }
     let mut s = run.to_vec();
     if case.invalid == Some(InvalidKind::DynamicAboveBound) {
         if let Some(&d) = case.dynamic.first() {

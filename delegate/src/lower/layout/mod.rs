@@ -10,11 +10,13 @@
 //!
 //! [`ir`] is the subgraph, [`build`] makes it from a partition (with `FuseActivationPass`);
 //! the steps of [`run`] are [`tag`], [`converge`], [`repair`] and [`redundant_copies`], with
-//! the copies themselves in [`convert`].
+//! the copies themselves in [`convert`]; [`fewest`] is NhwcAware's choice between its
+//! layout and StaticMean's.
 
 pub mod build;
 pub mod converge;
 pub mod convert;
+pub mod fewest;
 pub mod ir;
 pub mod redundant_copies;
 pub mod repair;

@@ -187,6 +187,10 @@ pub fn check(g: &Graph, id: NodeId, opts: &LowerOptions) -> Result<(), String> {
             }
             Ok(())
         }
+        // A 0-D value is rank 1 in a payload, where a permute of no dims has no transpose
+        // (the loader rejects `perm: []` for a rank-1 value): it stays outside, an identity
+        // (random graphs found it: a mean over every dim, then `permute([])`).
+        Op::Permute { perm } if perm.is_empty() => Err("permute_copy: a 0-D permute is an identity".into()),
         Op::Binary(_) | Op::Square | Op::Rsqrt | Op::Clamp { .. } | Op::Reshape { .. } | Op::Permute { .. } => {
             common(g, id, opts)
         }

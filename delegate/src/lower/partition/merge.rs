@@ -24,7 +24,7 @@ pub(super) fn try_merge(u: &Users, part: &mut [Option<usize>], s: &mut CycleScra
     for (m, p) in s.mask.iter_mut().zip(part.iter()) {
         *m = *p == Some(a) || *p == Some(b);
     }
-    if has_cycle(u, &s.mask, &mut s.seen, &mut s.queue) {
+    if has_cycle(u, part, &s.mask, &mut s.seen, &mut s.queue) {
         return false;
     }
     for p in part.iter_mut() {
@@ -35,17 +35,47 @@ pub(super) fn try_merge(u: &Users, part: &mut [Option<usize>], s: &mut CycleScra
     true
 }
 
-/// Whether the node set `m` (a mask) has a path that leaves it and comes back.
-pub(super) fn has_cycle(u: &Users, m: &[bool], seen: &mut [bool], q: &mut VecDeque<NodeId>) -> bool {
+/// Whether the node set `m` (a mask) has a path that leaves it and comes back, where a path
+/// that reaches a node of another partition (`part`) goes on from every node of that
+/// partition: a delegate runs as one step, so it needs all its inputs before any of its
+/// outputs exist. Without that, two partitions could each be convex and still need each
+/// other (`a1 -> b1` and `b2 -> a2` with no path from `b1` to `b2`): a cross-partition
+/// cycle, whose steps no order can run (random graphs found it: "node 21 is read before
+/// any step produced it", `corpora/regressions/errors-random-partition-cycle-*.json`).
+pub(super) fn has_cycle(
+    u: &Users,
+    part: &[Option<usize>],
+    m: &[bool],
+    seen: &mut [bool],
+    q: &mut VecDeque<NodeId>,
+) -> bool {
     let n = m.len();
     seen.fill(false);
     q.clear();
+    let mut expanded: Vec<usize> = vec![];
+    let mut visit = |x: NodeId, seen: &mut [bool], q: &mut VecDeque<NodeId>| {
+        if seen[x] {
+            return;
+        }
+        seen[x] = true;
+        q.push_back(x);
+        if let Some(p) = part[x] {
+            if !expanded.contains(&p) {
+                expanded.push(p);
+                for y in 0..n {
+                    if part[y] == Some(p) && !seen[y] {
+                        seen[y] = true;
+                        q.push_back(y);
+                    }
+                }
+            }
+        }
+    };
     for id in 0..n {
         if m[id] {
             for &x in u.of(id) {
-                if !m[x] && !seen[x] {
-                    seen[x] = true;
-                    q.push_back(x);
+                if !m[x] {
+                    visit(x, seen, q);
                 }
             }
         }
@@ -55,10 +85,7 @@ pub(super) fn has_cycle(u: &Users, m: &[bool], seen: &mut [bool], q: &mut VecDeq
             if m[y] {
                 return true;
             }
-            if !seen[y] {
-                seen[y] = true;
-                q.push_back(y);
-            }
+            visit(y, seen, q);
         }
     }
     false
