@@ -72,6 +72,15 @@
 //!    XNNPACK comparison (and `replay`'s side-by-side table) skips it with that reason,
 //!    counted, never a pass.
 //!
+//! 8. **A clamp after a clamped node with a disjoint range is refused.** XNNPACK fuses a
+//!    `XNNClamp` into the node it reads when that node already has an output range, and the
+//!    intersection of the two ranges is its new range; when they do not intersect (a conv
+//!    clamped to `(-1, 1)`, then `clamp(min = 2)`, which PyTorch computes as the constant 2)
+//!    `xnn_create_runtime_v2` fails with `invalid_parameter` (random graphs, fuzz `--pattern
+//!    random --seed 43` cases 52016 and 2496299, both shrunk to fp16 conv -> clamp ->
+//!    `rsqrt`'s clamp). [`disjoint_clamps`] finds such a payload; the XNNPACK comparison
+//!    skips it with that reason, counted.
+//!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
 //! still fails.
@@ -127,6 +136,22 @@ pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
     let narrow_twice =
         g.values.iter().any(|v| narrow(v.id_out) && reads(v.id_out) + g.output_ids.contains(&v.id_out) as usize >= 2);
     output_read || narrow_convert && narrow_twice
+}
+
+/// Behaviour 8: an `XNNClamp` reading a node whose output range does not meet its own.
+pub fn disjoint_clamps(g: &delegate::xnn::XnnGraph) -> bool {
+    use delegate::xnn::XNodeKind;
+    let range = |n: &delegate::xnn::XNode| n.output_min_max.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    g.nodes.iter().filter(|c| matches!(c.kind, XNodeKind::Clamp { .. })).any(|c| {
+        let (lo2, hi2) = range(c);
+        g.nodes
+            .iter()
+            .filter(|p| p.output_min_max.is_some() && c.kind.inputs().iter().any(|&i| p.kind.output() == Some(i)))
+            .any(|p| {
+                let (lo1, hi1) = range(p);
+                lo1.max(lo2) > hi1.min(hi2)
+            })
+    })
 }
 
 /// The largest tap count of an fp16 depthwise convolution in a loaded payload (behaviour 6;
