@@ -73,8 +73,8 @@
 //!    counted, never a pass.
 //!
 //! 8. **A clamp after a clamped node with a disjoint range is refused.** XNNPACK fuses a
-//!    `XNNClamp` into the node it reads when that node already has an output range, and the
-//!    intersection of the two ranges is its new range; when they do not intersect (a conv
+//!    `XNNClamp` into the node it reads when that node already has an output range (through
+//!    a chain of clamps), and the intersection of the ranges is its new range; when they do not intersect (a conv
 //!    clamped to `(-1, 1)`, then `clamp(min = 2)`, which PyTorch computes as the constant 2)
 //!    `xnn_create_runtime_v2` fails with `invalid_parameter` (random graphs, fuzz `--pattern
 //!    random --seed 43` cases 52016 and 2496299, both shrunk to fp16 conv -> clamp ->
@@ -138,19 +138,29 @@ pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
     output_read || narrow_convert && narrow_twice
 }
 
-/// Behaviour 8: an `XNNClamp` reading a node whose output range does not meet its own.
+/// Behaviour 8: an `XNNClamp` whose range, met with the ranges of the clamped nodes it
+/// reads through a chain of clamps (XNNPACK fuses them all), is empty.
 pub fn disjoint_clamps(g: &delegate::xnn::XnnGraph) -> bool {
-    use delegate::xnn::XNodeKind;
-    let range = |n: &delegate::xnn::XNode| n.output_min_max.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    use delegate::xnn::{XNode, XNodeKind};
+    let range = |n: &XNode| n.output_min_max.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let producer = |n: &XNode| {
+        let input = n.kind.inputs().first().copied();
+        g.nodes.iter().find(|p| input.is_some() && p.kind.output() == input)
+    };
     g.nodes.iter().filter(|c| matches!(c.kind, XNodeKind::Clamp { .. })).any(|c| {
-        let (lo2, hi2) = range(c);
-        g.nodes
-            .iter()
-            .filter(|p| p.output_min_max.is_some() && c.kind.inputs().iter().any(|&i| p.kind.output() == Some(i)))
-            .any(|p| {
-                let (lo1, hi1) = range(p);
-                lo1.max(lo2) > hi1.min(hi2)
-            })
+        let (mut lo, mut hi) = range(c);
+        let mut at = c;
+        // Up the chain: each clamp's producer, while it has a range (a cycle-free graph ends).
+        for _ in 0..g.nodes.len() {
+            let Some(p) = producer(at).filter(|p| p.output_min_max.is_some()) else { break };
+            let (l, h) = range(p);
+            (lo, hi) = (lo.max(l), hi.min(h));
+            if !matches!(p.kind, XNodeKind::Clamp { .. }) {
+                break;
+            }
+            at = p;
+        }
+        lo > hi
     })
 }
 
