@@ -136,7 +136,7 @@ impl Knobs {
             large: (extra >> 8) % 50 < 1,
             large_size: (extra >> 16) as u8,
             // From the same last draw: every template case keeps its knobs; about one in 12.
-            random: (extra >> 24) % 12 == 0,
+            random: (extra >> 24) % 12 < 1,
         }
     }
 

@@ -75,12 +75,10 @@ pub fn side_by_side(case: &Case) -> String {
             });
             let xnn = match folded {
                 // Behaviour 7: XNNPACK corrupts its heap on this payload; running it may abort.
-                true => {
-                    Ok(vec![
-                        Err("not run: behaviour 7 (a converted value both an output and read again)".to_string());
-                        runs.len()
-                    ])
-                }
+                true => Ok(vec![
+                    Err("not run: behaviour 7 (a converted value copied and read again)".to_string());
+                    runs.len()
+                ]),
                 false => xnnpack.build(subject, config).map(|mut i| run_all(&mut i)),
             };
             rows.push((

@@ -186,7 +186,7 @@ fn draw_node(src: &mut impl Source, all: &[TensorSpec], v: usize) -> Option<Rand
                 0 => 1,
                 1 => c,
                 _ => {
-                    let divisors: Vec<usize> = (1..=c).filter(|g| c % g == 0).collect();
+                    let divisors: Vec<usize> = (1..=c).filter(|g| c / g * g == c).collect();
                     divisors[src.below(divisors.len() as u64) as usize]
                 }
             };
@@ -252,7 +252,8 @@ fn draw_node(src: &mut impl Source, all: &[TensorSpec], v: usize) -> Option<Rand
             }
             let scale = match src.below(4) {
                 0 => 1.0 / (1u32 << (2 + src.below(6))) as f32,
-                1 => 0.007_843_137_7,
+                // A [-1, 1] observer's: 0.0078431377.
+                1 => (2.0f64 / 255.0) as f32,
                 // A min/max observer's scale of a range up to 8 wide.
                 2 => (8.0 * (1 + src.below(1000)) as f64 / 1000.0 / 255.0) as f32,
                 _ => (1 + src.below(1000)) as f32 / 4000.0,

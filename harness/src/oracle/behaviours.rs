@@ -59,17 +59,27 @@
 //!    for `T` taps: [`fp16_dwconv_taps`] says how many the XNNPACK comparison adds, as
 //!    `ceil(T / 2)` more ops in the `2 k u_c M` term.
 //!
-//! 7. **A converted value that is both an output and read again corrupts the heap.** When a
-//!    payload's `XNNConvert` writes a value that is one of the payload's outputs and also
-//!    read by another node (or the payload has an fp16/bf16 convert and an fp16/bf16 value
+//! 7. **A converted value copied and read again corrupts the heap.** When a payload's
+//!    `XNNConvert` writes a value that an `XNNCopy` reads and something else reads too
+//!    (another node, or the payload's outputs; shrunk twice: `dq(q(x))` copied and an output,
+//!    `dq(q(x))` copied and added to `x`, `xnnpack-convert-output-read-*.json`) (or the payload has an fp16/bf16 convert and an fp16/bf16 value
 //!    read twice: the bf16 case did not shrink further in the time there was), XNNPACK aborts with heap corruption (a segmentation fault) or
 //!    gives wrong values (random graphs found it; smallest: fp32 [1,1,1,1], `dq(q(x))` read
-//!    by a copy and also an output, `xnnpack-convert-output-read-qdq.json`; first met as a
+//!    by a copy and also an output, `xnnpack-convert-output-read-qdq-copy.json`; first met as a
 //!    bf16 graph whose outputs were 15 of 30 elements wrong, `xnnpack-folded-convert-*.json`;
 //!    `reports/xnnpack-findings.md` finding 16). Nothing in PyTorch's semantics explains a
 //!    crash, so it is not modelled as values: [`folded_convert`] finds such a payload and the
 //!    XNNPACK comparison (and `replay`'s side-by-side table) skips it with that reason,
 //!    counted, never a pass.
+//!
+//! 8. **A clamp after a clamped node with a disjoint range is refused.** XNNPACK fuses a
+//!    `XNNClamp` into the node it reads when that node already has an output range (through
+//!    a chain of clamps), and the intersection of the ranges is its new range; when they do not intersect (a conv
+//!    clamped to `(-1, 1)`, then `clamp(min = 2)`, which PyTorch computes as the constant 2)
+//!    `xnn_create_runtime_v2` fails with `invalid_parameter` (random graphs, fuzz `--pattern
+//!    random --seed 43` cases 52016 and 2496299, both shrunk to fp16 conv -> clamp ->
+//!    `rsqrt`'s clamp). [`disjoint_clamps`] finds such a payload; the XNNPACK comparison
+//!    skips it with that reason, counted.
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
@@ -107,9 +117,9 @@ pub fn drops_nan(g: &delegate::xnn::XnnGraph) -> bool {
     })
 }
 
-/// Behaviour 7: a payload with an `XNNConvert` whose output is both one of the payload's
-/// outputs and read by a node of it, or with an fp16/bf16 `XNNConvert` and an fp16/bf16
-/// value read twice (the two shapes the two aborting cases shrank to).
+/// Behaviour 7: a payload with an `XNNConvert` whose output an `XNNCopy` reads and something
+/// else too (another node, or the payload's outputs), or with an fp16/bf16 `XNNConvert` and
+/// an fp16/bf16 value read twice (the shapes the aborting cases shrank to).
 pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
     use delegate::xnn::{XNodeKind, XnnDatatype};
     let reads = |id: u32| g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count();
@@ -117,11 +127,41 @@ pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
         g.values.iter().any(|v| v.id_out == id && matches!(v.datatype, XnnDatatype::Fp16 | XnnDatatype::Bf16))
     };
     let converts = || g.nodes.iter().filter(|n| matches!(n.kind, XNodeKind::Convert { .. }));
-    let output_read = converts().filter_map(|n| n.kind.output()).any(|o| g.output_ids.contains(&o) && reads(o) >= 1);
+    let copied =
+        |o: u32| g.nodes.iter().any(|m| matches!(m.kind, XNodeKind::Copy { .. }) && m.kind.inputs().contains(&o));
+    let output_read = converts()
+        .filter_map(|n| n.kind.output())
+        .any(|o| copied(o) && reads(o) + g.output_ids.contains(&o) as usize >= 2);
     let narrow_convert = converts().any(|n| n.kind.inputs().into_iter().chain(n.kind.output()).any(narrow));
     let narrow_twice =
         g.values.iter().any(|v| narrow(v.id_out) && reads(v.id_out) + g.output_ids.contains(&v.id_out) as usize >= 2);
     output_read || narrow_convert && narrow_twice
+}
+
+/// Behaviour 8: an `XNNClamp` whose range, met with the ranges of the clamped nodes it
+/// reads through a chain of clamps (XNNPACK fuses them all), is empty.
+pub fn disjoint_clamps(g: &delegate::xnn::XnnGraph) -> bool {
+    use delegate::xnn::{XNode, XNodeKind};
+    let range = |n: &XNode| n.output_min_max.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let producer = |n: &XNode| {
+        let input = n.kind.inputs().first().copied();
+        g.nodes.iter().find(|p| input.is_some() && p.kind.output() == input)
+    };
+    g.nodes.iter().filter(|c| matches!(c.kind, XNodeKind::Clamp { .. })).any(|c| {
+        let (mut lo, mut hi) = range(c);
+        let mut at = c;
+        // Up the chain: each clamp's producer, while it has a range (a cycle-free graph ends).
+        for _ in 0..g.nodes.len() {
+            let Some(p) = producer(at).filter(|p| p.output_min_max.is_some()) else { break };
+            let (l, h) = range(p);
+            (lo, hi) = (lo.max(l), hi.min(h));
+            if !matches!(p.kind, XNodeKind::Clamp { .. }) {
+                break;
+            }
+            at = p;
+        }
+        lo > hi
+    })
 }
 
 /// The largest tap count of an fp16 depthwise convolution in a loaded payload (behaviour 6;

@@ -153,7 +153,11 @@ pub fn execute(
     };
     if ours.loaded_graphs().iter().any(super::behaviours::folded_convert) {
         // Behaviour 7: XNNPACK corrupts its heap on this payload; running it would abort.
-        return skip("behaviour 7: a converted value both an output and read again (XNNPACK corrupts its heap)");
+        return skip("behaviour 7: a converted value copied and read again (XNNPACK corrupts its heap)");
+    }
+    if ours.loaded_graphs().iter().any(super::behaviours::disjoint_clamps) {
+        // Behaviour 8: XNNPACK fuses the clamps and refuses the empty range.
+        return skip("behaviour 8: a clamp after a clamped node with a disjoint range (XNNPACK refuses it)");
     }
     let models = Models::new(built, program, ours.loaded_graphs(), runs);
     let dw_taps = ours.loaded_graphs().iter().map(super::behaviours::fp16_dwconv_taps).max().unwrap_or(0);
