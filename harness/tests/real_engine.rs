@@ -410,3 +410,37 @@ fn every_corpus_seed_case_runs_on_all_three_engines() {
     assert!(ran >= 30, "only {ran} seed cases ran on all three engines");
     assert!(portable_only <= 5, "{portable_only} seed cases have no delegate at all");
 }
+
+/// Behaviour 8's rule is XNNPACK's: an fp16 clamp range that meets in one point is refused
+/// and skipped with the behaviour's reason; the same graph in fp32 (bounds need only be
+/// ordered there) runs on XNNPACK and its outputs are compared.
+#[test]
+fn clamp_ranges_meeting_in_a_point_are_refused_in_fp16_only() {
+    if xnnpack::for_test("clamp_ranges_meeting_in_a_point_are_refused_in_fp16_only").is_none() {
+        return;
+    }
+    let case = |dtype: &str| {
+        Case::from_json(&format!(
+            r#"{{"pattern":"random","shape":[1,1,1,1],"dims":[],"dtype":"{dtype}","modes":["Main"],"threads":[1],"graph":{{"inputs":[{{"shape":[1,1,1,1],"dtype":"{dtype}"}}],"nodes":[{{"op":"conv","out":4,"kernel":1,"padding":0,"args":[0]}},{{"op":"clamp","min":-1.0,"max":1.0,"args":[1]}},{{"op":"rsqrt","floor":1.0,"args":[2]}}],"outputs":[3]}}}}"#
+        ))
+        .unwrap()
+    };
+    let xnn_outputs = |r: &harness::oracle::CaseReport| -> Vec<Verdict> {
+        r.checks
+            .iter()
+            .filter(|c| c.engine == Some(EngineKind::Xnnpack) && c.oracle == OracleKind::Outputs)
+            .map(|c| c.verdict.clone())
+            .collect()
+    };
+    let fp16 = check(&case("f16"), &CheckOptions::default());
+    assert!(!fp16.failed(), "{}", harness::report::verdicts(&fp16));
+    let v = xnn_outputs(&fp16);
+    assert!(
+        !v.is_empty() && v.iter().all(|v| matches!(v, Verdict::Skip(why) if why.starts_with("behaviour 8"))),
+        "{v:?}"
+    );
+    let fp32 = check(&case("f32"), &CheckOptions::default());
+    assert!(!fp32.failed(), "{}", harness::report::verdicts(&fp32));
+    let v = xnn_outputs(&fp32);
+    assert!(!v.is_empty() && v.iter().all(|v| *v == Verdict::Pass), "{v:?}");
+}

@@ -78,8 +78,11 @@
 //!    clamped to `(-1, 1)`, then `clamp(min = 2)`, which PyTorch computes as the constant 2)
 //!    `xnn_create_runtime_v2` fails with `invalid_parameter` (random graphs, fuzz `--pattern
 //!    random --seed 43` cases 52016 and 2496299, both shrunk to fp16 conv -> clamp ->
-//!    `rsqrt`'s clamp). [`disjoint_clamps`] finds such a payload; the XNNPACK comparison
-//!    skips it with that reason, counted.
+//!    `rsqrt`'s clamp). An fp16 range that meets in one point is refused too (fp16 conv
+//!    -> `clamp(-1, 1)` -> `clamp(min = 1)`, campaign seed 20261211 case 546892; the same
+//!    graph in fp32 or bf16 runs and gives 1), as XNNPACK's fp16 operators want the bounds,
+//!    rounded to fp16, strictly ordered. [`disjoint_clamps`] finds such a payload; the
+//!    XNNPACK comparison skips it with that reason, counted.
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
@@ -141,7 +144,7 @@ pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
 /// Behaviour 8: an `XNNClamp` whose range, met with the ranges of the clamped nodes it
 /// reads through a chain of clamps (XNNPACK fuses them all), is empty.
 pub fn disjoint_clamps(g: &delegate::xnn::XnnGraph) -> bool {
-    use delegate::xnn::{XNode, XNodeKind};
+    use delegate::xnn::{XNode, XNodeKind, XnnDatatype};
     let range = |n: &XNode| n.output_min_max.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let producer = |n: &XNode| {
         let input = n.kind.inputs().first().copied();
@@ -160,7 +163,13 @@ pub fn disjoint_clamps(g: &delegate::xnn::XnnGraph) -> bool {
             }
             at = p;
         }
-        lo > hi
+        let fp16 = g.values.iter().any(|v| Some(v.id_out) == c.kind.output() && v.datatype == XnnDatatype::Fp16);
+        if fp16 {
+            let h = |v: f32| half::f16::from_f32(v).to_f32();
+            h(lo) >= h(hi)
+        } else {
+            lo > hi
+        }
     })
 }
 
