@@ -223,8 +223,20 @@ fn excusing(want: &Tensor, got: &Tensor, excused: impl Fn(f64, f64) -> bool) -> 
 fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
     use delegate::xnn::{XNodeKind, XnnDatatype};
     let fp16 = |id: u32| g.values.iter().any(|v| v.id_out == id && v.datatype == XnnDatatype::Fp16);
+    // XNNPACK elides copies first, so the square may sit behind a chain of them (probe:
+    // fp16 `mean(to_copy(square(x)))` of [300, 300, 1, 1] gives 44992, not inf).
+    let through_copies = |mut id: u32| {
+        for _ in 0..g.nodes.len() {
+            match g.nodes.iter().find(|p| p.kind.output() == Some(id)).map(|p| &p.kind) {
+                Some(XNodeKind::Copy { input_id, .. }) => id = *input_id,
+                _ => break,
+            }
+        }
+        id
+    };
     g.nodes.iter().any(|n| match n.kind {
         XNodeKind::StaticMean { input_id, .. } => {
+            let input_id = through_copies(input_id);
             fp16(input_id)
                 && g.nodes.iter().any(|p| match p.kind {
                     XNodeKind::Square { output_id, .. } => output_id == input_id,
@@ -251,13 +263,29 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
 pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
     use reference::graph::TensorSpec;
     let delegated = |i: usize| !portable.contains(&i);
+    // A delegated fp16 -> fp16 `_to_copy`: an `XNNCopy` (or a transpose), which XNNPACK
+    // elides before it fuses, and which the fp32 fallback runs in fp32 like any data move.
+    let copy16 = |i: usize| {
+        let n = &g.nodes[i];
+        matches!(n.op, Op::ToCopy { .. })
+            && n.spec.dtype == ElemType::F16
+            && delegated(i)
+            && n.inputs.first().is_some_and(|&x| g.nodes[x].spec.dtype == ElemType::F16)
+    };
+    // The mean's operand with the copies before it skipped.
+    let behind_copies = |mut x: usize| {
+        while copy16(x) {
+            x = g.nodes[x].inputs[0];
+        }
+        x
+    };
     let fused = |i: usize| {
         let n = &g.nodes[i];
         matches!(n.op, Op::Mean { dtype: None, .. })
             && n.spec.dtype == ElemType::F16
             && delegated(i)
             && n.inputs.first().is_some_and(|&s| {
-                let sq = &g.nodes[s];
+                let sq = &g.nodes[behind_copies(s)];
                 let square = match sq.op {
                     Op::Square => true,
                     Op::Binary(reference::graph::BinaryOp::Mul) => sq.inputs[0] == sq.inputs[1],
@@ -270,7 +298,7 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
     let mut wide = vec![false; g.nodes.len()];
     for i in 0..g.nodes.len() {
         let n = &g.nodes[i];
-        let computes = !matches!(n.op, Op::Input { .. } | Op::Constant { .. } | Op::ToCopy { .. });
+        let computes = !matches!(n.op, Op::Input { .. } | Op::Constant { .. } | Op::ToCopy { .. }) || copy16(i);
         wide[i] = fused(i)
             || (computes && delegated(i) && n.spec.dtype == ElemType::F16 && n.inputs.iter().any(|&x| wide[x]));
     }
@@ -305,7 +333,7 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             })
         };
         let id = if fused(i) {
-            let sq = &g.nodes[n.inputs[0]];
+            let sq = &g.nodes[behind_copies(n.inputs[0])];
             let x = input(&mut nodes, sq.inputs[0], true);
             let squared = push(&mut nodes, Op::Square, vec![x], f32_spec(&sq.spec));
             push(&mut nodes, n.op.clone(), vec![squared], f32_spec(&n.spec))
@@ -313,7 +341,7 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             let ins = n.inputs.iter().map(|&x| input(&mut nodes, x, true)).collect();
             push(&mut nodes, n.op.clone(), ins, f32_spec(&n.spec))
         } else {
-            let reads_as_is = matches!(n.op, Op::ToCopy { .. });
+            let reads_as_is = matches!(n.op, Op::ToCopy { .. }) && !copy16(i);
             let ins =
                 n.inputs.iter().map(|&x| if reads_as_is { map[x] } else { input(&mut nodes, x, false) }).collect();
             push(&mut nodes, n.op.clone(), ins, n.spec.clone())
