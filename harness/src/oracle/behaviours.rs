@@ -261,7 +261,6 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
 /// gets it converted back to fp16; a `_to_copy` reads it as it is (XNNPACK elides an fp32 ->
 /// fp32 convert and keeps an fp32 -> fp16 one). `None` when no mean is fused.
 pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
-    use reference::graph::TensorSpec;
     let delegated = |i: usize| !portable.contains(&i);
     // A delegated fp16 -> fp16 `_to_copy`: an `XNNCopy` (or a transpose), which XNNPACK
     // elides before it fuses, and which the fp32 fallback runs in fp32 like any data move.
@@ -302,9 +301,32 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
         wide[i] = fused(i)
             || (computes && delegated(i) && n.spec.dtype == ElemType::F16 && n.inputs.iter().any(|&x| wide[x]));
     }
+    widened(g, &wide, &fused, &behind_copies, ElemType::F16)
+}
+
+/// The graph with the nodes marked `wide` computed in fp32 from operands in fp32 (a narrow
+/// `narrow`-typed operand converted exactly), their values rounded back to `narrow` where a
+/// node that is not wide reads them (a `_to_copy` that is not a same-type copy reads them as
+/// they are: XNNPACK elides an fp32 -> fp32 convert and converts fp32 -> fp16 directly) and at
+/// the graph's outputs. `fused(i)`: node `i` is a mean of a square behind `behind` (behaviour
+/// 3), computed as the fp32 mean of fp32 squares. `None` when nothing is wide.
+fn widened(
+    g: &Graph,
+    wide: &[bool],
+    fused: &dyn Fn(usize) -> bool,
+    behind: &dyn Fn(usize) -> usize,
+    narrow: ElemType,
+) -> Option<Graph> {
+    use reference::graph::TensorSpec;
     if !wide.iter().any(|&w| w) {
         return None;
     }
+    let same_type_copy = |i: usize| {
+        let n = &g.nodes[i];
+        matches!(n.op, Op::ToCopy { .. })
+            && n.spec.dtype == narrow
+            && n.inputs.first().is_some_and(|&x| g.nodes[x].spec.dtype == narrow)
+    };
     let f32_spec = |spec: &TensorSpec| TensorSpec { dtype: ElemType::F32, ..spec.clone() };
     let mut nodes: Vec<Node> = Vec::with_capacity(g.nodes.len() * 2);
     let push = |nodes: &mut Vec<Node>, op: Op, inputs: Vec<usize>, spec: TensorSpec| {
@@ -319,13 +341,13 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
     for i in 0..g.nodes.len() {
         let n = &g.nodes[i];
         let mut input = |nodes: &mut Vec<Node>, x: usize, want_wide: bool| -> usize {
-            let narrow16 = g.nodes[x].spec.dtype == ElemType::F16;
-            if wide[x] == want_wide || (!wide[x] && !narrow16) {
+            let narrow_x = g.nodes[x].spec.dtype == narrow;
+            if wide[x] == want_wide || (!wide[x] && !narrow_x) {
                 return map[x];
             }
             *other[x].get_or_insert_with(|| {
                 let (op, spec) = if wide[x] {
-                    (to(ElemType::F16), g.nodes[x].spec.clone())
+                    (to(narrow), g.nodes[x].spec.clone())
                 } else {
                     (to(ElemType::F32), f32_spec(&g.nodes[x].spec))
                 };
@@ -333,7 +355,7 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             })
         };
         let id = if fused(i) {
-            let sq = &g.nodes[behind_copies(n.inputs[0])];
+            let sq = &g.nodes[behind(n.inputs[0])];
             let x = input(&mut nodes, sq.inputs[0], true);
             let squared = push(&mut nodes, Op::Square, vec![x], f32_spec(&sq.spec));
             push(&mut nodes, n.op.clone(), vec![squared], f32_spec(&n.spec))
@@ -341,7 +363,7 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             let ins = n.inputs.iter().map(|&x| input(&mut nodes, x, true)).collect();
             push(&mut nodes, n.op.clone(), ins, f32_spec(&n.spec))
         } else {
-            let reads_as_is = matches!(n.op, Op::ToCopy { .. }) && !copy16(i);
+            let reads_as_is = matches!(n.op, Op::ToCopy { .. }) && !same_type_copy(i);
             let ins =
                 n.inputs.iter().map(|&x| if reads_as_is { map[x] } else { input(&mut nodes, x, false) }).collect();
             push(&mut nodes, n.op.clone(), ins, n.spec.clone())
@@ -352,12 +374,42 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
     let mut outputs = Vec::with_capacity(g.outputs.len());
     for &o in &g.outputs {
         outputs.push(if wide[o] {
-            push(&mut nodes, to(ElemType::F16), vec![map[o]], g.nodes[o].spec.clone())
+            push(&mut nodes, to(narrow), vec![map[o]], g.nodes[o].spec.clone())
         } else {
             map[o]
         });
     }
     Some(Graph { nodes, inputs, outputs })
+}
+
+/// Behaviour 9: the graph as XNNPACK evaluates a delegate's bf16 ops.
+/// `xnn_subgraph_fallback_from_bf16_to_fp32` keeps the native bf16 kernels (GEMMs, reductions)
+/// and runs every other bf16 op in fp32, with no bf16 rounding between two such ops (probe:
+/// bf16 `square(255 + 0.5)` gives 65280, the fp32 square of 255.5 rounded once; the reference
+/// rounds the sum to 256 first, 65536). Here: every delegated bf16 node but an input,
+/// constant, convolution, linear, mean or pooling computes in fp32 (a dtype-changing
+/// `_to_copy` is a convert, which reads the fp32 value). `None` when there is no such node.
+pub fn bf16_in_fp32(g: &Graph, portable: &[usize]) -> Option<Graph> {
+    let wide: Vec<bool> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let native = matches!(
+                n.op,
+                Op::Input { .. }
+                    | Op::Constant { .. }
+                    | Op::Conv2d(_)
+                    | Op::Linear
+                    | Op::Mean { .. }
+                    | Op::AdaptiveAvgPool2d { .. }
+            );
+            let convert = matches!(n.op, Op::ToCopy { .. })
+                && n.inputs.first().is_some_and(|&x| g.nodes[x].spec.dtype != ElemType::Bf16);
+            n.spec.dtype == ElemType::Bf16 && !portable.contains(&i) && !native && !convert
+        })
+        .collect();
+    widened(g, &wide, &|_| false, &|x| x, ElemType::Bf16)
 }
 
 /// The smallest normal f32 (and bf16) magnitude, 2^-126.
@@ -451,6 +503,9 @@ pub struct Models<'a> {
     gemm_nonfinite: Vec<OnceCell<bool>>,
     /// Behaviour 3's graph, when a mean is fused.
     fused: Option<Graph>,
+    /// Behaviour 9's graph, when a delegated bf16 op runs in fp32.
+    bf16_wide: Option<Graph>,
+    bf16_runs: Vec<OnceCell<Option<Vec<Tensor>>>>,
     /// Behaviour 1 may matter: some fp32 or bf16 value.
     flushes: bool,
     /// Behaviour 4's graph, for qs8 programs.
@@ -483,6 +538,7 @@ impl<'a> Models<'a> {
             .collect();
         let fused =
             if loaded.iter().any(fuses_mean_square) { fused_mean_square(&built.graph, &portable) } else { None };
+        let bf16_wide = bf16_in_fp32(&built.graph, &portable);
         let flushes = built.graph.nodes.iter().any(|n| matches!(n.spec.dtype, ElemType::F32 | ElemType::Bf16));
         let qs8 = built.graph.nodes.iter().any(|n| n.spec.dtype == ElemType::Qs8);
         let unquantized = if qs8 { unquantized(&built.graph) } else { None };
@@ -496,6 +552,8 @@ impl<'a> Models<'a> {
             nan_bounds: loaded.iter().flat_map(clamp_lower_bounds).collect(),
             gemm_nonfinite: cells(refs),
             fused,
+            bf16_wide,
+            bf16_runs: cells(refs),
             flushes,
             unquantized,
             unquantized_runs: cells(refs),
@@ -551,6 +609,12 @@ impl<'a> Models<'a> {
         }
         if let Some(g) = &self.fused {
             let m = self.fused_runs[r].get_or_init(|| engine::reference(g, inputs, self.interp).ok());
+            if m.as_ref().and_then(|m| m.get(o)).is_some_and(&mut matches) {
+                return true;
+            }
+        }
+        if let Some(g) = &self.bf16_wide {
+            let m = self.bf16_runs[r].get_or_init(|| engine::reference(g, inputs, self.interp).ok());
             if m.as_ref().and_then(|m| m.get(o)).is_some_and(&mut matches) {
                 return true;
             }
