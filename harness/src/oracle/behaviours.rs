@@ -24,7 +24,11 @@
 //!    A `mul(x, x)` is fused the same way (random graphs found it; probe: fp16 `[300, 300,
 //!    1, 1]`, `mean(x * x)` gives 44992 where the reference's fp16 products overflow to inf,
 //!    `xnnpack-fp16-mean-of-mul-square.json`); a global average pooling of a square is not
-//!    (the same probe gives inf).
+//!    (the same probe gives inf). XNNPACK elides copies first, so an `XNNCopy` (a same-type
+//!    `_to_copy`) between the square and the mean does not stop the fusion (probe: fp16
+//!    `mean(to_copy(square(x)))` of `[300, 300, 1, 1]` gives 44992, not inf), and a copy
+//!    after the fused mean moves its fp32 value on (`xnnpack-fp16-mean-of-copied-square.json`,
+//!    `xnnpack-fused-mean-copy-*.json`; finding 18).
 //!
 //! 4. **qs8 ties round its own ways.** XNNPACK's qs8 mean rounds a tie to even *after* adding
 //!    the output zero point, its qs8 add rounds ties up; PyTorch's quantize (and its convert)
@@ -80,6 +84,16 @@
 //!    random --seed 43` cases 52016 and 2496299, both shrunk to fp16 conv -> clamp ->
 //!    `rsqrt`'s clamp). [`disjoint_clamps`] finds such a payload; the XNNPACK comparison
 //!    skips it with that reason, counted.
+//!
+//! 9. **bf16 ops without a bf16 kernel run in fp32, unrounded between them.**
+//!    `xnn_subgraph_fallback_from_bf16_to_fp32` keeps the native bf16 kernels (GEMMs,
+//!    reductions) and runs every other bf16 op in fp32, inserting converts only at the edges of
+//!    such chains: a chain's intermediate values are never rounded to bf16 (probe: bf16
+//!    `square(255 + 0.5)` gives 65280, the reference rounds the sum to 256 and gives 65536).
+//!    Within bf16 that is inside the tolerance; a later cast to fp16 turns the reference's
+//!    65536 into inf (random graphs, fuzz `--pattern random --seed 43` case 640011: bf16
+//!    `add -> square -> mean(dtype=f16)`, 52320 on XNNPACK,
+//!    `xnnpack-bf16-chain-in-fp32-*.json`). Modelled by [`bf16_in_fp32`].
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
