@@ -93,7 +93,11 @@
 //!    Within bf16 that is inside the tolerance; a later cast to fp16 turns the reference's
 //!    65536 into inf (random graphs, fuzz `--pattern random --seed 43` case 640011: bf16
 //!    `add -> square -> mean(dtype=f16)`, 52320 on XNNPACK,
-//!    `xnnpack-bf16-chain-in-fp32-*.json`). Modelled by [`bf16_in_fp32`].
+//!    `xnnpack-bf16-chain-in-fp32-*.json`). Modelled by [`bf16_in_fp32`]. Which kernels
+//!    count as native in this build was not probed: the model takes the convolutions,
+//!    linears, means and poolings as native (reading bf16-rounded operands), as the fallback's
+//!    header says; where they are not, their operands differ by one bf16 rounding, which the
+//!    comparison's tolerance decides like any other value (a model never widens it).
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor
