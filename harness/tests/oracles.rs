@@ -292,3 +292,47 @@ fn the_nan_reach_twin_tells_a_nan_input_from_the_twins_own_overflow() {
     let reached = (0..r.len()).filter(|&j| reach[j].is_nan()).collect::<Vec<_>>();
     assert!(!reached.is_empty() && reached.iter().all(|&j| r[j].is_nan() && m[j].is_nan()));
 }
+
+/// Behaviour 9's model: a bf16 chain's intermediate is not rounded to bf16 (the library's
+/// probe, `xnnpack-bf16-chain-in-fp32-*.json`, gives 65280; the reference 65536).
+#[test]
+fn bf16_chain_model_skips_the_intermediate_rounding() {
+    use harness::engine::{reference, Interpreter};
+    use harness::oracle::behaviours::bf16_in_fp32;
+    use reference::graph::{GraphBuilder, TensorSpec};
+    let b = GraphBuilder::new();
+    let (x, y) =
+        (b.input("x", TensorSpec::new(ElemType::Bf16, &[1])), b.input("y", TensorSpec::new(ElemType::Bf16, &[1])));
+    let q = b.square(b.add(x, y));
+    let g = b.finish(&[q]).unwrap();
+    let inputs =
+        [Tensor::from_f64(&[1], ElemType::Bf16, None, &[255.0]), Tensor::from_f64(&[1], ElemType::Bf16, None, &[0.5])];
+    let plain = reference(&g, &inputs, Interpreter::Plain).unwrap();
+    assert_eq!(plain[0].values_f64(), [65536.0]);
+    let model = bf16_in_fp32(&g, &[]).expect("add and square have no bf16 kernel");
+    let m = reference(&model, &inputs, Interpreter::Plain).unwrap();
+    assert_eq!(m[0].values_f64(), [65280.0]);
+    assert_eq!(m[0].dtype(), ElemType::Bf16);
+    // Left to the portable runtime, the ops round like the reference: no model.
+    assert!(bf16_in_fp32(&g, &[2, 3]).is_none());
+}
+
+/// Behaviour 3's model sees through a same-type copy between the square and the mean
+/// (`xnnpack-fp16-mean-of-copied-square.json`: the library gives 44992, the reference inf).
+#[test]
+fn fused_mean_model_sees_through_a_copy() {
+    use harness::engine::{reference, Interpreter};
+    use harness::oracle::behaviours::fused_mean_square;
+    use reference::graph::{GraphBuilder, TensorSpec};
+    use reference::MemoryFormat;
+    let b = GraphBuilder::new();
+    let x = b.input("x", TensorSpec::new(ElemType::F16, &[1, 4]));
+    let m = b.mean(b.to_format(b.square(x), MemoryFormat::Contiguous), &[-1], false);
+    let g = b.finish(&[m]).unwrap();
+    let inputs = [Tensor::from_f64(&[1, 4], ElemType::F16, None, &[300.0, 300.0, 1.0, 1.0])];
+    assert!(reference(&g, &inputs, Interpreter::Plain).unwrap()[0].values_f64()[0].is_infinite());
+    let model = fused_mean_square(&g, &[]).expect("the copy does not stop the fusion");
+    let got = reference(&model, &inputs, Interpreter::Plain).unwrap();
+    assert_eq!(got[0].values_f64(), [44992.0]);
+    assert_eq!(got[0].dtype(), ElemType::F16);
+}
