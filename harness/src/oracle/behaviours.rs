@@ -23,8 +23,12 @@
 //!    overflow at 65504 where PyTorch's fp16 `square` does. Modelled by [`fused_mean_square`].
 //!    A `mul(x, x)` is fused the same way (random graphs found it; probe: fp16 `[300, 300,
 //!    1, 1]`, `mean(x * x)` gives 44992 where the reference's fp16 products overflow to inf,
-//!    `xnnpack-fp16-mean-of-mul-square.json`); a global average pooling of a square is not
-//!    (the same probe gives inf). XNNPACK elides copies first, so an `XNNCopy` (a same-type
+//!    `xnnpack-fp16-mean-of-mul-square.json`). A global average pooling of a square over more
+//!    than one element per channel matches the same model (seven campaign cases, fp16
+//!    `conv -> square` or `mul(y, y) -> pool` over 2x1 to 7x4 areas,
+//!    `xnnpack-fp16-reduce-of-square-*.json`, `xnnpack-fp16-pool-chain-*.json`); the
+//!    [300, 300, 1, 1] probe's pool of one element per channel gives inf, as the reference
+//!    does, so the model is never asked there. XNNPACK elides copies first, so an `XNNCopy` (a same-type
 //!    `_to_copy`) between the square and the mean does not stop the fusion (probe: fp16
 //!    `mean(to_copy(square(x)))` of `[300, 300, 1, 1]` gives 44992, not inf), and a copy
 //!    after the fused mean moves its fp32 value on (`xnnpack-fp16-mean-of-copied-square.json`,
@@ -262,7 +266,7 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
         id
     };
     g.nodes.iter().any(|n| match n.kind {
-        XNodeKind::StaticMean { input_id, .. } => {
+        XNodeKind::StaticMean { input_id, .. } | XNodeKind::GlobalAvgPooling2d { input_id, .. } => {
             let input_id = through_copies(input_id);
             fp16(input_id)
                 && g.nodes.iter().any(|p| match p.kind {
@@ -307,7 +311,7 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
     };
     let fused = |i: usize| {
         let n = &g.nodes[i];
-        matches!(n.op, Op::Mean { dtype: None, .. })
+        matches!(n.op, Op::Mean { dtype: None, .. } | Op::AdaptiveAvgPool2d { .. })
             && n.spec.dtype == ElemType::F16
             && delegated(i)
             && n.inputs.first().is_some_and(|&s| {
@@ -388,7 +392,12 @@ fn widened(
             push(&mut nodes, n.op.clone(), vec![squared], f32_spec(&n.spec))
         } else if wide[i] {
             let ins = n.inputs.iter().map(|&x| input(&mut nodes, x, true)).collect();
-            push(&mut nodes, n.op.clone(), ins, f32_spec(&n.spec))
+            // A wide same-type copy copies the fp32 value: its dtype argument says so.
+            let op = match n.op {
+                Op::ToCopy { dtype: Some(_), format } => Op::ToCopy { dtype: Some(ElemType::F32), format },
+                ref op => op.clone(),
+            };
+            push(&mut nodes, op, ins, f32_spec(&n.spec))
         } else {
             let reads_as_is = matches!(n.op, Op::ToCopy { .. }) && !same_type_copy(i);
             let ins =
