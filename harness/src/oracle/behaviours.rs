@@ -28,8 +28,8 @@
 //!    `conv -> square` or `mul(y, y) -> pool` over 2x1 to 7x4 areas,
 //!    `xnnpack-fp16-reduce-of-square-*.json`, `xnnpack-fp16-pool-chain-*.json`); the
 //!    [300, 300, 1, 1] probe's pool of one element per channel gives inf, as the reference
-//!    does, so the model is never asked there. XNNPACK elides copies first, so an `XNNCopy` (a same-type
-//!    `_to_copy`) between the square and the mean does not stop the fusion (probe: fp16
+//!    does, so the model is never asked there. XNNPACK elides copies first, so an `XNNCopy`
+//!    (a same-type `_to_copy`) between the square and the mean does not stop the fusion (probe: fp16
 //!    `mean(to_copy(square(x)))` of `[300, 300, 1, 1]` gives 44992, not inf), and a copy
 //!    after the fused mean moves its fp32 value on (`xnnpack-fp16-mean-of-copied-square.json`,
 //!    `xnnpack-fused-mean-copy-*.json`; finding 18).
@@ -147,19 +147,19 @@ pub fn drops_nan(g: &delegate::xnn::XnnGraph) -> bool {
 /// an fp16/bf16 value read twice (the shapes the aborting cases shrank to).
 pub fn folded_convert(g: &delegate::xnn::XnnGraph) -> bool {
     use delegate::xnn::{XNodeKind, XnnDatatype};
-    let reads = |id: u32| g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count();
+    // Readers of a value: nodes, and the payload's outputs.
+    let reads = |id: u32| {
+        g.nodes.iter().filter(|m| m.kind.inputs().contains(&id)).count() + g.output_ids.contains(&id) as usize
+    };
     let narrow = |id: u32| {
         g.values.iter().any(|v| v.id_out == id && matches!(v.datatype, XnnDatatype::Fp16 | XnnDatatype::Bf16))
     };
     let converts = || g.nodes.iter().filter(|n| matches!(n.kind, XNodeKind::Convert { .. }));
     let copied =
         |o: u32| g.nodes.iter().any(|m| matches!(m.kind, XNodeKind::Copy { .. }) && m.kind.inputs().contains(&o));
-    let output_read = converts()
-        .filter_map(|n| n.kind.output())
-        .any(|o| copied(o) && reads(o) + g.output_ids.contains(&o) as usize >= 2);
+    let output_read = converts().filter_map(|n| n.kind.output()).any(|o| copied(o) && reads(o) >= 2);
     let narrow_convert = converts().any(|n| n.kind.inputs().into_iter().chain(n.kind.output()).any(narrow));
-    let narrow_twice =
-        g.values.iter().any(|v| narrow(v.id_out) && reads(v.id_out) + g.output_ids.contains(&v.id_out) as usize >= 2);
+    let narrow_twice = g.values.iter().any(|v| narrow(v.id_out) && reads(v.id_out) >= 2);
     output_read || narrow_convert && narrow_twice
 }
 
@@ -271,7 +271,7 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
             fp16(input_id)
                 && g.nodes.iter().any(|p| match p.kind {
                     XNodeKind::Square { output_id, .. } => output_id == input_id,
-                    // `x * x` is a square to its pattern match too (probe below).
+                    // `x * x` is a square to its pattern match too (the probe in the docs).
                     XNodeKind::Multiply { input1_id, input2_id, output_id, .. } => {
                         output_id == input_id && input1_id == input2_id
                     }
@@ -315,13 +315,14 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
             && n.spec.dtype == ElemType::F16
             && delegated(i)
             && n.inputs.first().is_some_and(|&s| {
-                let sq = &g.nodes[behind_copies(s)];
+                let k = behind_copies(s);
+                let sq = &g.nodes[k];
                 let square = match sq.op {
                     Op::Square => true,
                     Op::Binary(reference::graph::BinaryOp::Mul) => sq.inputs[0] == sq.inputs[1],
                     _ => false,
                 };
-                square && sq.spec.dtype == ElemType::F16 && delegated(s)
+                square && sq.spec.dtype == ElemType::F16 && delegated(k)
             })
     };
     // Which nodes compute in fp32.
