@@ -495,6 +495,8 @@ fn check_on(case: &Case, opts: &CheckOptions) -> CaseReport {
         payloads: Option<Vec<Vec<u8>>>,
         /// Real XNNPACK's errors and outputs verdicts.
         real: Option<(Verdict, Verdict)>,
+        /// Its outputs at 1 thread on the SIMD path (see [`outputs::Exec::single`]).
+        single: Option<Vec<Vec<Tensor>>>,
     }
     let mut shared: Vec<Shared> = vec![];
     let mut mode_payloads: Vec<(LoweringMode, Vec<Vec<u8>>)> = vec![];
@@ -529,7 +531,7 @@ fn check_on(case: &Case, opts: &CheckOptions) -> CaseReport {
         let same = |s: &&mut Shared| programs[s.program].1.as_ref().is_ok_and(|p| same_program(p, program));
         match shared.iter_mut().find(|s| same(s)) {
             Some(s) => s.modes.push(*mode),
-            None => shared.push(Shared { program: k, modes: vec![*mode], verdicts: None, payloads: None, real: None }),
+            None => shared.push(Shared { program: k, modes: vec![*mode], verdicts: None, payloads: None, real: None, single: None }),
         }
     }
     for s in &mut shared {
@@ -584,6 +586,7 @@ fn check_on(case: &Case, opts: &CheckOptions) -> CaseReport {
             s.real = Some((r.errors, r.outputs));
         }
         s.verdicts = Some((bytes_verdict, exec.errors, exec.outputs));
+        s.single = exec.single;
         s.payloads = payloads;
     }
     for s in &shared {
@@ -612,7 +615,9 @@ fn check_on(case: &Case, opts: &CheckOptions) -> CaseReport {
     }
     if case.invalid.is_none() {
         let values = case.seed.is_multiple_of(opts.operand_values_every.max(1));
-        let mine: Vec<_> = programs.iter().filter(|(m, _)| case.modes.contains(m)).map(|(m, p)| (*m, p)).collect();
+        let single = |m: &LoweringMode| shared.iter().find(|s| s.modes.contains(m)).and_then(|s| s.single.as_deref());
+        let mine: Vec<_> =
+            programs.iter().filter(|(m, _)| case.modes.contains(m)).map(|(m, p)| (*m, p, single(m))).collect();
         for (on_values, mode, v) in operand_order::check(case, &built.graph, &mine, &runs, values) {
             report.push(if on_values { OracleKind::Outputs } else { OracleKind::Structure }, mode.name(), v);
         }

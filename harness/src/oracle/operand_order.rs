@@ -64,17 +64,17 @@ pub type OrderVerdict = (bool, LoweringMode, Verdict);
 pub fn check(
     case: &Case,
     graph: &Graph,
-    programs: &[(LoweringMode, &Result<LoweredProgram, EngineError>)],
+    programs: &[(LoweringMode, &Result<LoweredProgram, EngineError>, Option<&[Vec<Tensor>]>)],
     runs: &[RefRun],
     values: bool,
 ) -> Vec<OrderVerdict> {
     let Some(twin) = commuted(graph) else { return vec![] };
-    let modes: Vec<LoweringMode> = programs.iter().map(|(m, _)| *m).collect();
+    let modes: Vec<LoweringMode> = programs.iter().map(|(m, ..)| *m).collect();
     let twins = engine::lower_each(&twin, &modes);
     let mut out = vec![];
     // (original, twin) pairs already run, by index: modes that lowered the same programs.
     let mut ran: Vec<usize> = vec![];
-    for (k, ((mode, orig), tw)) in programs.iter().zip(&twins).enumerate() {
+    for (k, ((mode, orig, single), tw)) in programs.iter().zip(&twins).enumerate() {
         let (o, t) = match (orig, tw) {
             (Ok(o), Ok(t)) => (o, t),
             (Err(_), Err(_)) => continue,
@@ -108,25 +108,54 @@ pub fn check(
             continue;
         }
         ran.push(k);
-        out.push((true, *mode, compare_runs(o, t, runs)));
+        out.push((true, *mode, compare_runs(o, t, runs, *single)));
     }
     out
 }
 
-/// Runs both programs on every run's inputs and compares their outputs bit for bit.
-fn compare_runs(orig: &LoweredProgram, twin: &LoweredProgram, runs: &[RefRun]) -> Verdict {
+/// Runs both programs on every run's inputs at 1 thread on the SIMD path and compares their
+/// outputs bit for bit. `single`: the original's outputs there, already computed by the
+/// outputs oracle (the runtime is deterministic, so running it again gives the same bits).
+fn compare_runs(
+    orig: &LoweredProgram,
+    twin: &LoweredProgram,
+    runs: &[RefRun],
+    single: Option<&[Vec<Tensor>]>,
+) -> Verdict {
+    enum Original<'s> {
+        Given(&'s [Vec<Tensor>]),
+        Run(engine::Prepared),
+    }
     let prepare = |p| engine::prepare(p, 1, Simd::Best);
-    let (mut po, mut pt) = match (prepare(orig), prepare(twin)) {
-        (Ok(a), Ok(b)) => (a, b),
-        // Preparation failures are the outputs and errors oracles' to judge.
-        (Err(e), _) | (_, Err(e)) => return Verdict::Skip(format!("prepare: {e}")),
+    let mut original = match single {
+        Some(s) => Original::Given(s),
+        None => match prepare(orig) {
+            Ok(p) => Original::Run(p),
+            // Preparation failures are the outputs and errors oracles' to judge.
+            Err(e) => return Verdict::Skip(format!("prepare: {e}")),
+        },
+    };
+    let mut pt = match prepare(twin) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Skip(format!("prepare: {e}")),
     };
     for (r, run) in runs.iter().enumerate() {
-        let (a, b) = match (po.run(&run.inputs), pt.run(&run.inputs)) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return Verdict::Skip(format!("run {r}: {e}")),
+        let ran;
+        let a: &[Tensor] = match &mut original {
+            Original::Given(s) => &s[r],
+            Original::Run(p) => match p.run(&run.inputs) {
+                Ok(v) => {
+                    ran = v;
+                    &ran
+                }
+                Err(e) => return Verdict::Skip(format!("run {r}: {e}")),
+            },
         };
-        if let Some(d) = first_difference(&a, &b) {
+        let b = match pt.run(&run.inputs) {
+            Ok(b) => b,
+            Err(e) => return Verdict::Skip(format!("run {r}: {e}")),
+        };
+        if let Some(d) = first_difference(a, &b) {
             return Verdict::fail(
                 "operand_order",
                 format!("{} run {r} (shapes {:?}): the commuted twin differs: {d}", orig.mode, run.shapes[0]),

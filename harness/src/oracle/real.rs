@@ -251,7 +251,7 @@ pub fn execute(
 
 /// The same shape, layout, quantization and element bits (NaN payloads and signed zeros
 /// included): two such outputs get the same comparison verdict.
-fn same_bits(a: &reference::Tensor, b: &reference::Tensor) -> bool {
+pub(super) fn same_bits(a: &reference::Tensor, b: &reference::Tensor) -> bool {
     use reference::tensor::TensorData as D;
     fn bits<T, U: PartialEq>(x: &[T], y: &[T], f: impl Fn(&T) -> U) -> bool {
         x.len() == y.len() && x.iter().zip(y).all(|(p, q)| f(p) == f(q))
