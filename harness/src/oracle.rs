@@ -531,7 +531,14 @@ fn check_on(case: &Case, opts: &CheckOptions) -> CaseReport {
         let same = |s: &&mut Shared| programs[s.program].1.as_ref().is_ok_and(|p| same_program(p, program));
         match shared.iter_mut().find(|s| same(s)) {
             Some(s) => s.modes.push(*mode),
-            None => shared.push(Shared { program: k, modes: vec![*mode], verdicts: None, payloads: None, real: None, single: None }),
+            None => shared.push(Shared {
+                program: k,
+                modes: vec![*mode],
+                verdicts: None,
+                payloads: None,
+                real: None,
+                single: None,
+            }),
         }
     }
     for s in &mut shared {

@@ -444,3 +444,43 @@ fn clamp_ranges_meeting_in_a_point_are_refused_in_fp16_only() {
     let v = xnn_outputs(&fp32);
     assert!(!v.is_empty() && v.iter().all(|v| *v == Verdict::Pass), "{v:?}");
 }
+
+/// Behaviour 6: a convolution over one input channel lowers to `XNNDepthwiseConv2d`; with one
+/// output channel (depth multiplier 1) XNNPACK runs its depthwise kernel, which rounds the
+/// fp16 accumulator after every tap, with two a GEMM that sums in fp32. Taps of 1 then eight
+/// of 2^-11 over an input of ones: 1 + 2^-8 exactly, but each 2^-11 alone is half an ulp of 1
+/// (a tie, kept at the even 1). The probe of finding 19.
+#[test]
+fn fp16_one_to_one_channel_convolutions_accumulate_in_fp16() {
+    if xnnpack::for_test("fp16_one_to_one_channel_convolutions_accumulate_in_fp16").is_none() {
+        return;
+    }
+    let xnn = engine::Xnnpack::new();
+    let conv = |out: usize| {
+        let g = GraphBuilder::new();
+        let x = g.input("x", TensorSpec::new(ElemType::F16, &[1, 1, 3, 3]));
+        let taps: Vec<f64> = (0..out * 9).map(|i| if i % 9 == 0 { 1.0 } else { 2f64.powi(-11) }).collect();
+        let w = g.constant(Tensor::from_f64(&[out, 1, 3, 3], ElemType::F16, None, &taps));
+        let y = g.conv2d(x, w, None, Conv2dParams::default());
+        g.finish(&[y]).unwrap()
+    };
+    let ones = Tensor::from_f64(&[1, 1, 3, 3], ElemType::F16, None, &[1.0; 9]);
+    for (out, want) in [(1, 1.0), (2, 1.0 + 2f64.powi(-8))] {
+        let graph = conv(out);
+        let program = engine::lower(&graph, LoweringMode::StaticMean).unwrap();
+        let kinds: Vec<&str> = program
+            .steps
+            .iter()
+            .flat_map(|s| match s {
+                Step::Delegate(d) => d.graph.nodes.iter().map(|n| n.kind.type_name()).collect(),
+                Step::Portable(_) => vec![],
+            })
+            .collect();
+        assert_eq!(kinds, ["XNNStaticTranspose", "XNNDepthwiseConv2d", "XNNStaticTranspose"], "{out}");
+        let exact = engine::reference(&graph, std::slice::from_ref(&ones), engine::Interpreter::Plain).unwrap();
+        assert_eq!(exact[0].values_f64(), vec![1.0 + 2f64.powi(-8); out], "the reference rounds once");
+        let mut inst = xnn.build(Subject::lowered(&graph, &program), Config::new(1, Simd::Best)).unwrap();
+        let got = inst.run(std::slice::from_ref(&ones)).unwrap();
+        assert_eq!(got[0].values_f64(), vec![want; out], "{out} output channel(s): {:?}", program.summary.node_counts);
+    }
+}

@@ -32,7 +32,11 @@
 //!    (a same-type `_to_copy`) between the square and the mean does not stop the fusion (probe: fp16
 //!    `mean(to_copy(square(x)))` of `[300, 300, 1, 1]` gives 44992, not inf), and a copy
 //!    after the fused mean moves its fp32 value on (`xnnpack-fp16-mean-of-copied-square.json`,
-//!    `xnnpack-fused-mean-copy-*.json`; finding 18).
+//!    `xnnpack-fused-mean-copy-*.json`; finding 18). The copies go before the pattern match,
+//!    so `to_copy(y) * y` is a square too (campaign seed 20261214 case 2570890: fp16
+//!    `mean(to_copy(y) * y, -3)` of `y = square(linear(..))`, finite on XNNPACK where the
+//!    reference's fourth powers overflow, `xnnpack-fp16-mean-of-copy-times-self.json`;
+//!    finding 20).
 //!
 //! 4. **qs8 ties round its own ways.** XNNPACK's qs8 mean rounds a tie to even *after* adding
 //!    the output zero point, its qs8 add rounds ties up; PyTorch's quantize (and its convert)
@@ -65,7 +69,16 @@
 //!    convolution, fully connected, mean and global average pooling accumulate in fp32 (same
 //!    probe). That is one more fp16 rounding of a partial sum (at most `M`) per tap, `T u_c M`
 //!    for `T` taps: [`fp16_dwconv_taps`] says how many the XNNPACK comparison adds, as
-//!    `ceil(T / 2)` more ops in the `2 k u_c M` term.
+//!    `ceil(T / 2)` more ops in the `2 k u_c M` term. (Only a depth multiplier of 1 takes the
+//!    depthwise kernel: with 2 output channels per input channel the same probe gives 1.0039,
+//!    a GEMM's fp32 sum; `fp16_one_to_one_channel_convolutions_accumulate_in_fp16`.) At the
+//!    top of the range the per-tap rounding also keeps a sum finite that the reference's one
+//!    rounding overflows: `65504 + 5.7 + ...` stays 65504 tap after tap, while the exact sum
+//!    65522 is past 65520 and rounds to inf (campaign seed 20261214 case 718356,
+//!    `conv_mean_conv` fp16 with a 65504 special, `xnnpack-fp16-dwconv-keeps-finite.json`;
+//!    finding 19). Where a delegated convolution's reference value overflowed that way (an
+//!    infinity from finite operands, [`overflowed_conv`]), an element the reference computes
+//!    as ±inf may come out finite: those elements, and only they, are left out, as with 2.
 //!
 //! 7. **A converted value copied and read again corrupts the heap.** When a payload's
 //!    `XNNConvert` writes a value that an `XNNCopy` reads and something else reads too
@@ -212,6 +225,26 @@ pub fn fp16_dwconv_taps(g: &delegate::xnn::XnnGraph) -> usize {
         .unwrap_or(0)
 }
 
+/// Whether a delegated convolution's reference output has an infinity while every value it
+/// reads is finite: its exact sum overflowed in the one rounding (behaviour 6). `values`: the
+/// graph evaluated on the inputs with every non-finite element zeroed, so an input's
+/// infinities or NaNs elsewhere do not hide an overflow.
+fn overflowed_conv(g: &Graph, portable: &[usize], values: &[Tensor]) -> bool {
+    let finite = |t: &Tensor| t.values_f64().iter().all(|v| v.is_finite());
+    g.nodes.iter().enumerate().any(|(i, n)| {
+        matches!(n.op, Op::Conv2d(_))
+            && !portable.contains(&i)
+            && n.inputs.iter().all(|&x| values.get(x).is_some_and(finite))
+            && values.get(i).is_some_and(|t| t.values_f64().iter().any(|v| v.is_infinite()))
+    })
+}
+
+/// `t` with every non-finite element set to zero.
+fn zero_nonfinite(t: &Tensor) -> Tensor {
+    let v: Vec<f64> = t.values_f64().iter().map(|&v| if v.is_finite() { v } else { 0.0 }).collect();
+    Tensor::from_f64(&t.shape, t.dtype(), t.quant, &v).to_format(t.format)
+}
+
 /// Whether a delegated convolution or linear node reads a non-finite value (behaviour 5).
 fn gemm_reads_nonfinite(g: &Graph, portable: &[usize], values: &[Tensor]) -> bool {
     g.nodes.iter().enumerate().any(|(i, n)| {
@@ -271,9 +304,10 @@ fn fuses_mean_square(g: &delegate::xnn::XnnGraph) -> bool {
             fp16(input_id)
                 && g.nodes.iter().any(|p| match p.kind {
                     XNodeKind::Square { output_id, .. } => output_id == input_id,
-                    // `x * x` is a square to its pattern match too (the probe in the docs).
+                    // `x * x` is a square to its pattern match too (the probe in the docs), and
+                    // so is `copy(x) * x`: the copies are gone by then.
                     XNodeKind::Multiply { input1_id, input2_id, output_id, .. } => {
-                        output_id == input_id && input1_id == input2_id
+                        output_id == input_id && through_copies(input1_id) == through_copies(input2_id)
                     }
                     _ => false,
                 })
@@ -319,7 +353,9 @@ pub fn fused_mean_square(g: &Graph, portable: &[usize]) -> Option<Graph> {
                 let sq = &g.nodes[k];
                 let square = match sq.op {
                     Op::Square => true,
-                    Op::Binary(reference::graph::BinaryOp::Mul) => sq.inputs[0] == sq.inputs[1],
+                    Op::Binary(reference::graph::BinaryOp::Mul) => {
+                        behind_copies(sq.inputs[0]) == behind_copies(sq.inputs[1])
+                    }
                     _ => false,
                 };
                 square && sq.spec.dtype == ElemType::F16 && delegated(k)
@@ -538,6 +574,10 @@ pub struct Models<'a> {
     nan_bounds: Vec<f64>,
     /// Behaviour 5, per run: a delegated convolution or linear reads a non-finite value.
     gemm_nonfinite: Vec<OnceCell<bool>>,
+    /// Behaviour 6 applies: an fp16 depthwise convolution.
+    dwconv16: bool,
+    /// Behaviour 6, per run: a delegated convolution overflowed in the reference's rounding.
+    conv_overflow: Vec<OnceCell<bool>>,
     /// Behaviour 3's graph, when a mean is fused.
     fused: Option<Graph>,
     /// Behaviour 9's graph, when a delegated bf16 op runs in fp32.
@@ -588,6 +628,8 @@ impl<'a> Models<'a> {
             drops_nan: loaded.iter().any(drops_nan),
             nan_bounds: loaded.iter().flat_map(clamp_lower_bounds).collect(),
             gemm_nonfinite: cells(refs),
+            dwconv16: loaded.iter().any(|g| fp16_dwconv_taps(g) > 0),
+            conv_overflow: cells(refs),
             fused,
             bf16_wide,
             bf16_runs: cells(refs),
@@ -630,11 +672,21 @@ impl<'a> Models<'a> {
                 engine::reference_all(self.graph, inputs, self.interp)
                     .is_ok_and(|all| gemm_reads_nonfinite(self.graph, &self.portable, &all))
             });
+        // 6: a reference infinity may be finite where a convolution's sum overflowed only in
+        // the reference's one rounding.
+        let kept_finite = self.dwconv16
+            && want.values_f64().iter().zip(got.values_f64()).any(|(w, g)| w.is_infinite() && g.is_finite())
+            && *self.conv_overflow[r].get_or_init(|| {
+                let finite: Vec<Tensor> = inputs.iter().map(zero_nonfinite).collect();
+                engine::reference_all(self.graph, &finite, self.interp)
+                    .is_ok_and(|all| overflowed_conv(self.graph, &self.portable, &all))
+            });
         // Once a spread NaN comes out of a clamping fp16 node as its lower bound (-inf), a
         // later product with a negative weight turns it into +inf: with 2, any non-finite value.
         let excused = |w: f64, g: f64| {
             (nan_any && w.is_nan())
                 || (spreads && (g.is_nan() || (nan_any && (bounds.contains(&g) || g.is_infinite()))))
+                || (kept_finite && w.is_infinite() && g.is_finite())
         };
         // 2 and 5 combine with the others: masked against each model's own values.
         let mut matches = |m: &Tensor| {
