@@ -59,12 +59,16 @@ fn shape_of(s: &Summary) -> impl PartialEq + std::fmt::Debug + '_ {
 /// One verdict of this oracle: structure (`false`) or outputs (`true`), the mode, the verdict.
 pub type OrderVerdict = (bool, LoweringMode, Verdict);
 
+/// A mode, its lowering, and the outputs oracle's 1-thread SIMD outputs of that program
+/// (see [`super::outputs::Exec::single`]).
+pub type Lowered<'p> = (LoweringMode, &'p Result<LoweredProgram, EngineError>, Option<&'p [Vec<Tensor>]>);
+
 /// Checks the commuted twin of `graph` in every mode of `programs` (the case's own
 /// lowerings); values too when `values`. Empty when the graph has nothing to commute.
 pub fn check(
     case: &Case,
     graph: &Graph,
-    programs: &[(LoweringMode, &Result<LoweredProgram, EngineError>, Option<&[Vec<Tensor>]>)],
+    programs: &[Lowered],
     runs: &[RefRun],
     values: bool,
 ) -> Vec<OrderVerdict> {
@@ -124,13 +128,13 @@ fn compare_runs(
 ) -> Verdict {
     enum Original<'s> {
         Given(&'s [Vec<Tensor>]),
-        Run(engine::Prepared),
+        Run(Box<engine::Prepared>),
     }
     let prepare = |p| engine::prepare(p, 1, Simd::Best);
     let mut original = match single {
         Some(s) => Original::Given(s),
         None => match prepare(orig) {
-            Ok(p) => Original::Run(p),
+            Ok(p) => Original::Run(Box::new(p)),
             // Preparation failures are the outputs and errors oracles' to judge.
             Err(e) => return Verdict::Skip(format!("prepare: {e}")),
         },
