@@ -666,7 +666,8 @@ impl<'a> Models<'a> {
         // too, a clamping node's lower bound).
         let inputs = &self.refs[r].inputs;
         let (nan_any, bounds) = (self.drops_nan, &self.nan_bounds);
-        let spread_like = got.values_f64().iter().any(|v| v.is_nan() || (nan_any && bounds.contains(v)));
+        let spread_like =
+            got.values_f64().iter().any(|v| v.is_nan() || (nan_any && (bounds.contains(v) || v.is_infinite())));
         let spreads = spread_like
             && *self.gemm_nonfinite[r].get_or_init(|| {
                 engine::reference_all(self.graph, inputs, self.interp)

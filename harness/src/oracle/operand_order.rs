@@ -65,13 +65,7 @@ pub type Lowered<'p> = (LoweringMode, &'p Result<LoweredProgram, EngineError>, O
 
 /// Checks the commuted twin of `graph` in every mode of `programs` (the case's own
 /// lowerings); values too when `values`. Empty when the graph has nothing to commute.
-pub fn check(
-    case: &Case,
-    graph: &Graph,
-    programs: &[Lowered],
-    runs: &[RefRun],
-    values: bool,
-) -> Vec<OrderVerdict> {
+pub fn check(case: &Case, graph: &Graph, programs: &[Lowered], runs: &[RefRun], values: bool) -> Vec<OrderVerdict> {
     let Some(twin) = commuted(graph) else { return vec![] };
     let modes: Vec<LoweringMode> = programs.iter().map(|(m, ..)| *m).collect();
     let twins = engine::lower_each(&twin, &modes);

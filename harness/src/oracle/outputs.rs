@@ -213,7 +213,16 @@ pub fn tolerance(case: &Case, built: &Built, o: usize, shape: &[usize]) -> Toler
     let step = built.out_step.get(o).copied().flatten();
     let exact = step.is_some() && patterns::qs8_exact(case, shape, o);
     let ties = step.is_some() && built.ties;
-    Tolerance { acc_len: built.acc_len, ops: built.ops, compute, step, exact, rounds_once: built.rounds_once, ties }
+    Tolerance {
+        acc_len: built.acc_len,
+        ops: built.ops,
+        compute,
+        range: built.range,
+        step,
+        exact,
+        rounds_once: built.rounds_once,
+        ties,
+    }
 }
 
 /// Runs a lowered program in each configuration (threads, SIMD path) on every run of the

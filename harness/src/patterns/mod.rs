@@ -97,6 +97,8 @@ pub struct Built {
     /// The graph contains only GAP-eligible means (4-D, dims {2,3}, keepdim, no dtype
     /// argument, not bf16): its programs must be byte-identical across modes.
     pub gap_only: bool,
+    /// The float type of smallest range the graph computes in (see `Tolerance::range`).
+    pub range: ElemType,
 }
 
 /// Why a case can not be built: see [`InvalidCase`].
@@ -135,6 +137,7 @@ pub fn build(case: &Case) -> Result<Built, NotApplicable> {
         input_grid: (case.dtype == ElemType::Qs8).then_some(q_in(case)),
         ties: case.qparams.is_some() && case.invalid.is_none(),
         gap_only: is_gap_only(case),
+        range: if case.dtype == ElemType::Qs8 { ElemType::F32 } else { case.dtype },
     })
 }
 
@@ -183,6 +186,7 @@ fn build_random(case: &Case) -> Result<Built, NotApplicable> {
         input_grid: None,
         ties: false,
         gap_only: false,
+        range: rg.narrowest_range(),
     })
 }
 

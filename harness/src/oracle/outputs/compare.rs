@@ -53,6 +53,10 @@ pub struct Tolerance {
     pub ops: usize,
     /// The dtype ops compute in (fp32 for qs8 patterns).
     pub compute: ElemType,
+    /// The float type of smallest range any op computes in (fp16 before bf16 before fp32):
+    /// where partial sums overflow first. It differs from `compute` only in random graphs
+    /// that mix fp16 and bf16 nodes, whose `compute` is bf16 (the coarser rounding).
+    pub range: ElemType,
     /// qs8: the quantization step of this output.
     pub step: Option<f32>,
     /// qs8: the result is exact (zero steps allowed, not one); see the module docs.
@@ -76,7 +80,7 @@ impl Tolerance {
     /// Whether f32 accumulation may legitimately overflow for an output of magnitude `m`:
     /// a partial sum can reach `L * M`, beyond the largest finite value of the compute type.
     pub fn may_overflow(&self, m: f64) -> bool {
-        let max = match self.compute {
+        let max = match self.range {
             ElemType::F16 => 65504.0,
             ElemType::Bf16 => half::bf16::MAX.to_f64(),
             _ => f32::MAX as f64,
@@ -528,7 +532,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn tol(acc_len: usize, ops: usize, compute: ElemType) -> Tolerance {
-        Tolerance { acc_len, ops, compute, step: None, exact: false, rounds_once: false, ties: false }
+        Tolerance { acc_len, ops, compute, range: compute, step: None, exact: false, rounds_once: false, ties: false }
     }
 
     fn twin(m: Vec<f64>, peak: f64) -> Given {
@@ -642,6 +646,16 @@ mod tests {
         let g = Tensor::f32(&[1], vec![f32::NEG_INFINITY]);
         assert!(compare(&r, None, &g, &twin(vec![f64::INFINITY], 1.0e38), &tol).is_none());
         assert!(compare(&r, None, &g, &twin(vec![f64::INFINITY], 1.0), &tol).is_some());
+    }
+
+    #[test]
+    fn partial_sums_overflow_first_in_the_type_of_smallest_range() {
+        // A bf16-rounded graph with an fp16 node: its sums can overflow at 65504, far below
+        // bf16's 3.4e38 (finding 22).
+        let bf16 = tol(16, 2, ElemType::Bf16);
+        assert!(!bf16.may_overflow(5000.0));
+        assert!(Tolerance { range: ElemType::F16, ..bf16 }.may_overflow(5000.0));
+        assert!(!Tolerance { range: ElemType::F16, ..bf16 }.may_overflow(3000.0));
     }
 
     /// Evidence that counts how often the magnitude twin is asked for.
@@ -797,7 +811,16 @@ mod tests {
                             nan_reach: None,
                         };
                         let compute = if step.is_some() { ElemType::F32 } else { dt };
-                        let tol = Tolerance { acc_len, ops, compute, step, exact: false, rounds_once, ties: false };
+                        let tol = Tolerance {
+                            acc_len,
+                            ops,
+                            compute,
+                            range: compute,
+                            step,
+                            exact: false,
+                            rounds_once,
+                            ties: false,
+                        };
                         (rt, gt, ev, tol)
                     },
                 )

@@ -208,4 +208,11 @@ impl RandomGraph {
         let d = self.dtypes();
         [ElemType::Bf16, ElemType::F16].into_iter().find(|t| d.contains(t)).unwrap_or(ElemType::F32)
     }
+
+    /// The float type of smallest range among the graph's (fp16, then bf16, then fp32):
+    /// where a partial sum overflows first.
+    pub fn narrowest_range(&self) -> ElemType {
+        let d = self.dtypes();
+        [ElemType::F16, ElemType::Bf16].into_iter().find(|t| d.contains(t)).unwrap_or(ElemType::F32)
+    }
 }
