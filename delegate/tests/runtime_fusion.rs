@@ -1,8 +1,8 @@
 //! Plan-time fusion (`runtime::fuse`) gives the unfused plan's bits: random programs of
 //! elementwise chains with broadcast operands, squares feeding means and means feeding
-//! further ops run with fusion on and off, at every instruction set and at 1 and 2 threads
-//! (both policies), and must agree bit for bit (NaN only with NaN: its payload is not part of
-//! the IEEE result). The run counts the drawn programs that have a fused group and requires
+//! further ops, in fp32, fp16 and bf16, run with fusion on and off, at every instruction set
+//! and at 1 and 2 threads (both policies), and must agree bit for bit (NaN only with NaN: its
+//! payload is not part of the IEEE result). The run counts the drawn programs that have a fused group and requires
 //! most of them to, so the property is not a comparison of two unfused runs.
 
 use delegate::program::Step;
@@ -12,7 +12,7 @@ use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
 use delegate::{lower, LoweringMode};
 use proptest::prelude::*;
 use reference::graph::{GraphBuilder, TensorSpec};
-use reference::{Tensor, TensorData, T};
+use reference::{ElemType, Tensor, TensorData, T};
 
 /// One operation applied to the running value `v`.
 #[derive(Clone, Debug)]
@@ -73,9 +73,15 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn build(shape: &[usize], ops: &[OpDesc]) -> reference::Graph {
+/// A tensor of `dt` holding `values(n, seed)` rounded to it.
+fn tensor(shape: &[usize], dt: ElemType, seed: u32) -> Tensor {
+    let v: Vec<f64> = values(shape.iter().product(), seed).into_iter().map(f64::from).collect();
+    Tensor::from_f64(shape, dt, None, &v)
+}
+
+fn build(shape: &[usize], dt: ElemType, ops: &[OpDesc]) -> reference::Graph {
     let g = GraphBuilder::new();
-    let x = g.input("x", TensorSpec::f32(shape));
+    let x = g.input("x", TensorSpec::new(dt, shape));
     let mut v = x;
     let mut history: Vec<T> = vec![x];
     for op in ops {
@@ -86,7 +92,7 @@ fn build(shape: &[usize], ops: &[OpDesc]) -> reference::Graph {
                     Operand::Const { dims, seed } => {
                         let k = (*dims as usize).min(shape.len());
                         let cshape = &shape[shape.len() - k..];
-                        g.constant(Tensor::f32(cshape, values(cshape.iter().product(), *seed)))
+                        g.constant(tensor(cshape, dt, *seed))
                     }
                     Operand::Earlier { back } => history[history.len().saturating_sub(*back as usize + 1)],
                 };
@@ -110,14 +116,16 @@ fn build(shape: &[usize], ops: &[OpDesc]) -> reference::Graph {
 }
 
 fn same_bits(a: &Tensor, b: &Tensor) -> bool {
-    match (&a.data, &b.data) {
-        (TensorData::F32(x), TensorData::F32(y)) => {
-            a.shape == b.shape
-                && x.len() == y.len()
-                && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
-        }
-        _ => false,
+    fn all<T: Copy>(x: &[T], y: &[T], bits: impl Fn(T) -> u32, nan: impl Fn(T) -> bool) -> bool {
+        x.len() == y.len() && x.iter().zip(y).all(|(&p, &q)| bits(p) == bits(q) || (nan(p) && nan(q)))
     }
+    a.shape == b.shape
+        && match (&a.data, &b.data) {
+            (TensorData::F32(x), TensorData::F32(y)) => all(x, y, f32::to_bits, f32::is_nan),
+            (TensorData::F16(x), TensorData::F16(y)) => all(x, y, |v| v.to_bits().into(), |v| v.is_nan()),
+            (TensorData::Bf16(x), TensorData::Bf16(y)) => all(x, y, |v| v.to_bits().into(), |v| v.is_nan()),
+            _ => false,
+        }
 }
 
 /// Whether a segment's plan has a fused group.
@@ -152,18 +160,17 @@ fn configs() -> Vec<RunOptions> {
     v
 }
 
-fn check(shape: &[usize], ops: &[OpDesc], seed: u32) -> Result<(), TestCaseError> {
-    let graph = build(shape, ops);
+fn check(shape: &[usize], dt: ElemType, ops: &[OpDesc], seed: u32) -> Result<(), TestCaseError> {
+    let graph = build(shape, dt, ops);
     let lowered = lower(&graph, LoweringMode::StaticMean).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let n: usize = shape.iter().product();
-    let x = Tensor::f32(shape, values(n, seed));
+    let x = tensor(shape, dt, seed);
     for opts in configs() {
         let fused = Program::new(&lowered, &opts).unwrap();
         let mut unfused = Program::new(&lowered, &opts).unwrap();
         unfused.set_fusion(false);
         let a = fused.run(std::slice::from_ref(&x)).unwrap();
         let b = unfused.run(std::slice::from_ref(&x)).unwrap();
-        prop_assert!(same_bits(&a[0], &b[0]), "{opts:?}: fused and unfused differ for {ops:?} on {shape:?}");
+        prop_assert!(same_bits(&a[0], &b[0]), "{opts:?}: fused and unfused differ for {ops:?} on {shape:?} {dt:?}");
         // The bound path runs the same plan into its own buffers.
         let mut bound = fused.bind(vec![x.clone()]).unwrap();
         bound.invoke().unwrap();
@@ -181,67 +188,88 @@ fn fused_plans_give_the_unfused_bits() {
         prop::sample::select(vec![1usize, 3, 8, 17, 64, 130, 1030]),
         prop::collection::vec(op_strategy(), 1..7),
         any::<u32>(),
+        prop::sample::select(vec![ElemType::F32, ElemType::F16, ElemType::Bf16]),
     );
-    let mut runner = TestRunner::new(Config { cases: 96, ..Config::default() });
+    // Seeded: the same programs on every run (`PROPTEST_RNG_SEED` still overrides).
+    let config = Config { cases: 192, rng_seed: proptest::test_runner::RngSeed::Fixed(20261203), ..Config::default() };
+    let mut runner = TestRunner::new(config);
     let (cases, fused) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
+    // fp16 programs drawn and fused: the narrow chains must be exercised too (bf16 programs
+    // lower with converts around their fp32 means and fuse less; they are compared all the same).
+    let (narrow, narrow_fused) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
     runner
-        .run(&strategy, |(b, t, d, ops, seed)| {
+        .run(&strategy, |(b, t, d, ops, seed, dt)| {
             cases.set(cases.get() + 1);
-            let graph = build(&[b, t, d], &ops);
+            let graph = build(&[b, t, d], dt, &ops);
+            let is_narrow = dt == ElemType::F16;
+            narrow.set(narrow.get() + usize::from(is_narrow));
             if lower(&graph, LoweringMode::StaticMean).is_ok_and(|l| fused_groups(&l) > 0) {
                 fused.set(fused.get() + 1);
+                narrow_fused.set(narrow_fused.get() + usize::from(is_narrow));
             }
-            check(&[b, t, d], &ops, seed)
+            check(&[b, t, d], dt, &ops, seed)
         })
         .unwrap();
     // Not a comparison of two unfused runs: most drawn programs have a fused group.
     assert!(2 * fused.get() >= cases.get(), "only {} of {} programs fused", fused.get(), cases.get());
+    assert!(
+        2 * narrow_fused.get() >= narrow.get(),
+        "only {} of {} fp16 programs fused",
+        narrow_fused.get(),
+        narrow.get()
+    );
 }
 
 #[test]
 fn rmsnorm_fuses_into_three_groups_and_keeps_its_bits() {
-    // x * rsqrt(mean(x * x) + eps) * w: square+mean, [add, rsqrt], [mul, mul].
+    // x * rsqrt(mean(x * x) + eps) * w: square+mean, [add, rsqrt], [mul, mul], in fp32 and
+    // fp16 (whose chains round after each node as the unfused nodes do; a bf16 RMSNorm lowers
+    // with converts around an fp32 mean).
     let (t, d) = (8, 64);
-    let g = GraphBuilder::new();
-    let x = g.input("x", TensorSpec::f32(&[1, t, d]));
-    let ms = g.mean(g.square(x), &[-1], true);
-    let inv = g.rsqrt(g.add(ms, g.constant(Tensor::f32(&[], vec![1e-6]))));
-    let w = g.constant(Tensor::f32(&[d], values(d, 3)));
-    let y = g.mul(g.mul(x, inv), w);
-    let graph = g.finish(&[y]).unwrap();
-    let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
-    let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
-    let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
-    let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).unwrap();
-    let kinds: Vec<&str> = plan
-        .groups
-        .iter()
-        .map(|g| match g {
-            Group::Node(_) => "node",
-            Group::SquareMean { .. } => "square_mean",
-            Group::Chain { .. } => "chain",
-        })
-        .collect();
-    assert_eq!(kinds, ["square_mean", "chain", "chain"]);
-    assert_eq!(fused_groups(&lowered), 3);
-    let xv = Tensor::f32(&[1, t, d], values(t * d, 9));
-    for opts in configs() {
-        let p = Program::new(&lowered, &opts).unwrap();
-        let mut q = Program::new(&lowered, &opts).unwrap();
-        q.set_fusion(false);
-        assert!(same_bits(
-            &p.run(std::slice::from_ref(&xv)).unwrap()[0],
-            &q.run(std::slice::from_ref(&xv)).unwrap()[0]
-        ));
+    for dt in [ElemType::F32, ElemType::F16] {
+        let g = GraphBuilder::new();
+        let x = g.input("x", TensorSpec::new(dt, &[1, t, d]));
+        let ms = g.mean(g.square(x), &[-1], true);
+        let inv = g.rsqrt(g.add(ms, g.constant(Tensor::from_f64(&[], dt, None, &[1e-6]))));
+        let w = g.constant(tensor(&[d], dt, 3));
+        let y = g.mul(g.mul(x, inv), w);
+        let graph = g.finish(&[y]).unwrap();
+        let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+        let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
+        let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
+        let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).unwrap();
+        let kinds: Vec<&str> = plan
+            .groups
+            .iter()
+            .map(|g| match g {
+                Group::Node(_) => "node",
+                Group::SquareMean { .. } => "square_mean",
+                Group::Chain { .. } => "chain",
+            })
+            .collect();
+        assert_eq!(kinds, ["square_mean", "chain", "chain"], "{dt:?}");
+        assert_eq!(fused_groups(&lowered), 3);
+        let xv = tensor(&[1, t, d], dt, 9);
+        for opts in configs() {
+            let p = Program::new(&lowered, &opts).unwrap();
+            let mut q = Program::new(&lowered, &opts).unwrap();
+            q.set_fusion(false);
+            let (a, b) = (&p.run(std::slice::from_ref(&xv)).unwrap()[0], &q.run(std::slice::from_ref(&xv)).unwrap()[0]);
+            assert_eq!(a.dtype(), dt);
+            assert!(same_bits(a, b), "{dt:?} {opts:?}");
+        }
     }
 }
 
 #[test]
 fn random_programs_do_fuse() {
     // The property above compares fused with unfused runs: on the shapes it draws, a chain of
-    // two elementwise ops and a square feeding a mean must be fused groups.
-    let chain = build(&[2, 3, 17], &[OpDesc::Bin { op: 2, operand: Operand::X, swap: false }, OpDesc::Square]);
-    assert!(fused_groups(&lower(&chain, LoweringMode::StaticMean).unwrap()) >= 1);
-    let sq_mean = build(&[2, 3, 17], &[OpDesc::MeanOfSelfProduct]);
-    assert!(fused_groups(&lower(&sq_mean, LoweringMode::StaticMean).unwrap()) >= 1);
+    // two elementwise ops and a square feeding a mean must be fused groups, in fp32 and fp16.
+    for dt in [ElemType::F32, ElemType::F16] {
+        let ops = [OpDesc::Bin { op: 2, operand: Operand::X, swap: false }, OpDesc::Square];
+        let chain = build(&[2, 3, 17], dt, &ops);
+        assert!(fused_groups(&lower(&chain, LoweringMode::StaticMean).unwrap()) >= 1, "{dt:?}");
+        let sq_mean = build(&[2, 3, 17], dt, &[OpDesc::MeanOfSelfProduct]);
+        assert!(fused_groups(&lower(&sq_mean, LoweringMode::StaticMean).unwrap()) >= 1, "{dt:?}");
+    }
 }

@@ -46,6 +46,8 @@ enum Prepared {
     Mean(MeanPlan),
     /// A fused square and mean.
     SquareMean(MeanPlan),
+    /// A fused square and mean of fp16/bf16 values.
+    SquareMeanNarrow,
     /// A fused chain.
     Chain(ChainLayout),
 }
@@ -222,22 +224,53 @@ impl SegmentPlan {
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
+                (Group::SquareMean { square }, Prepared::SquareMeanNarrow) if fuse => {
+                    let mean = &self.nodes[square + 1];
+                    let xi = self.nodes[*square].inputs[0];
+                    self.with_dest(mean, shapes, blocks, outs, |blocks, outs, out| {
+                        let Kernel::Mean { axes, .. } = &mean.kernel else {
+                            return Err("fused square and mean without a mean".into());
+                        };
+                        let x = self.view_of(xi, inputs, blocks, outs, shapes);
+                        kernels::mean::mean_of_squares_narrow(ctx, x, &shapes[xi], axes, out, scratch)
+                    })
+                    .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
+                }
                 (Group::Chain { last, steps, args, .. }, Prepared::Chain(lay)) if fuse => {
                     let n = &self.nodes[*last];
                     self.with_dest(n, shapes, blocks, outs, |blocks, outs, out| {
-                        let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
-                        for (d, &a) in views.iter_mut().zip(args) {
+                        // fp16/bf16 operands: those of the output's size widened tile by tile
+                        // in the chain, the others (broadcast, small) here.
+                        let n_out = numel(&shapes[n.output]);
+                        let wide = &mut scratch.wide;
+                        if wide.len() < args.len() {
+                            wide.resize_with(args.len(), Vec::new);
+                        }
+                        let mut dense: [Option<View>; super::simd::CHAIN_ARGS] = [None; super::simd::CHAIN_ARGS];
+                        for ((w, d), &a) in wide.iter_mut().zip(dense.iter_mut()).zip(args) {
                             match self.view_of(a, inputs, blocks, outs, shapes) {
-                                View::F32(v) => *d = v,
-                                _ => return Err("fused chain on a non-fp32 operand".into()),
+                                View::F32(_) => {}
+                                v @ (View::F16(_) | View::Bf16(_)) if v.len() == n_out => *d = Some(v),
+                                v => {
+                                    kernels::convert::to_f32(ctx, v, w)?;
+                                }
                             }
                         }
+                        let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
+                        for ((d, &a), w) in views.iter_mut().zip(args).zip(&scratch.wide) {
+                            *d = match self.view_of(a, inputs, blocks, outs, shapes) {
+                                View::F32(v) => v,
+                                v @ (View::F16(_) | View::Bf16(_)) => &w[..if v.len() == n_out { 0 } else { v.len() }],
+                                _ => return Err("fused chain on a non-float operand".into()),
+                            };
+                        }
+                        let k = args.len();
                         match out {
                             ViewMut::F32(o) => {
-                                fused::run_chain(ctx, steps, lay, &views[..args.len()], o);
+                                fused::run_chain(ctx, steps, lay, &views[..k], o);
                                 Ok(())
                             }
-                            _ => Err("fused chain into a non-fp32 value".into()),
+                            o => fused::run_chain_narrow(ctx, steps, lay, &views[..k], &dense[..k], o),
                         }
                     })
                     .map_err(|e| shape_err(format!("node {} (fused chain): {e}", n.index)))
@@ -330,9 +363,10 @@ impl SegmentPlan {
         };
         match g {
             Group::Node(i) => f32_mean(&self.nodes[*i]).map_or(Prepared::Nodes, Prepared::Mean),
-            Group::SquareMean { square } => {
-                f32_mean(&self.nodes[square + 1]).map_or(Prepared::Nodes, Prepared::SquareMean)
-            }
+            Group::SquareMean { square } => match f32_mean(&self.nodes[square + 1]) {
+                Some(mp) => Prepared::SquareMean(mp),
+                None => Prepared::SquareMeanNarrow,
+            },
             Group::Chain { first, last, args, .. } => {
                 // The chain's condition on this run's shapes: every intermediate has the
                 // output's shape (a broadcast inside the chain would run an op per output

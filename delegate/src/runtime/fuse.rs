@@ -2,9 +2,12 @@
 //! not (it runs every node as its own operator):
 //! - a square feeding a mean (`mean(x * x)` or `mean(square(x))`): the mean sums squares
 //!   as it reads `x`, the squared tensor is never written;
-//! - a chain of fp32 elementwise nodes where each node's output is read only by the next and
-//!   has the chain's output shape (`x * r * w` with `r` and `w` broadcast): one pass over
-//!   the output, each operand read once.
+//! - a chain of elementwise nodes of one float type where each node's output is read only by
+//!   the next and has the chain's output shape (`x * r * w` with `r` and `w` broadcast): one
+//!   pass over the output, each operand read once.
+//!
+//! fp16/bf16 groups compute in f32 as their nodes do and round to the type after every node
+//! (`ChainStep::Round`, a square before the mean sums it), so only the memory passes go.
 //!
 //! A group computes the same f32 operations in the same order per element as its nodes
 //! would one by one, so its outputs are bit-identical to the unfused plan
@@ -15,7 +18,7 @@
 
 use super::kernels::elementwise::Unary;
 use super::plan::{Dt, Kernel, Loc, NodePlan, ValuePlan};
-use super::simd::{ChainStep, Src, CHAIN_ARGS};
+use super::simd::{ChainStep, Narrow, Src, CHAIN_ARGS};
 
 /// Consecutive nodes run as one unit.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,8 +55,20 @@ fn readers(nodes: &[NodePlan], n_values: usize) -> Vec<usize> {
     r
 }
 
-fn all_f32(n: &NodePlan, values: &[ValuePlan]) -> bool {
-    n.inputs.iter().chain([&n.output]).all(|&v| values[v].dt == Dt::F32)
+/// The float type every input and the output of node `n` have, if they share one.
+fn float_dt(n: &NodePlan, values: &[ValuePlan]) -> Option<Dt> {
+    let dt = values[n.output].dt;
+    let float = matches!(dt, Dt::F32 | Dt::F16 | Dt::Bf16);
+    (float && n.inputs.iter().all(|&v| values[v].dt == dt)).then_some(dt)
+}
+
+/// The rounding an fp16/bf16 node's output gets (none for fp32).
+fn narrow(dt: Dt) -> Option<Narrow> {
+    match dt {
+        Dt::F16 => Some(Narrow::F16),
+        Dt::Bf16 => Some(Narrow::Bf16),
+        _ => None,
+    }
 }
 
 /// A value only the next node reads, computed inside the segment (not one of its outputs).
@@ -69,25 +84,31 @@ fn square_mean(nodes: &[NodePlan], i: usize, values: &[ValuePlan], readers: &[us
         Kernel::Binary(super::simd::BinOp::Mul) => s.inputs.len() == 2 && s.inputs[0] == s.inputs[1],
         _ => false,
     };
+    let dt = float_dt(s, values);
     squares
         && s.act.is_none()
-        && all_f32(s, values)
+        && dt.is_some()
         && matches!(m.kernel, Kernel::Mean { .. })
         && m.inputs == [s.output]
-        && values[m.output].dt == Dt::F32
+        && Some(values[m.output].dt) == dt
+        // An output range on an fp16/bf16 mean is an error the unfused node reports.
+        && (dt == Some(Dt::F32) || m.act.is_none())
         && private(s.output, values, readers)
 }
 
-/// The chain steps of elementwise fp32 node `n` (its operation, then its output range),
-/// reading the running value where it reads `acc` and operands through `arg`; `None` if the
-/// node is not an fp32 elementwise node.
+/// The chain steps of elementwise node `n` of float type `dt` (its operation, its output
+/// range, then for fp16/bf16 the rounding of its output), reading the running value where it
+/// reads `acc` and operands through `arg`; `None` if the node is not an elementwise node of
+/// `dt` (`None`: of any one float type).
 fn steps_of(
     n: &NodePlan,
     values: &[ValuePlan],
+    dt: Option<Dt>,
     acc: Option<usize>,
     mut arg: impl FnMut(usize) -> Src,
 ) -> Option<Vec<ChainStep>> {
-    if !all_f32(n, values) {
+    let own = float_dt(n, values)?;
+    if dt.is_some_and(|d| d != own) {
         return None;
     }
     let mut src = |v: usize| if Some(v) == acc { Src::Acc } else { arg(v) };
@@ -105,6 +126,9 @@ fn steps_of(
     }
     if let Some((lo, hi)) = n.act {
         steps.push(ChainStep::Clamp { lo, hi });
+    }
+    if let Some(to) = narrow(own) {
+        steps.push(ChainStep::Round(to));
     }
     Some(steps)
 }
@@ -135,7 +159,8 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
             });
             Src::Arg(k)
         };
-        let head = steps_of(&nodes[i], values, None, |v| arg_of(&mut args, v));
+        let dt = float_dt(&nodes[i], values);
+        let head = steps_of(&nodes[i], values, None, None, |v| arg_of(&mut args, v));
         let Some(mut steps) = head.filter(|_| args.len() <= CHAIN_ARGS) else {
             out.push(Group::Node(i));
             i += 1;
@@ -153,7 +178,7 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
             if !extends {
                 break;
             }
-            let Some(more) = steps_of(n, values, Some(acc), |v| arg_of(&mut args, v)) else { break };
+            let Some(more) = steps_of(n, values, dt, Some(acc), |v| arg_of(&mut args, v)) else { break };
             steps.extend(more);
             last += 1;
         }

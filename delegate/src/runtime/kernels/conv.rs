@@ -463,7 +463,7 @@ pub fn conv2d(
     if bf.as_ref().is_some_and(|b| b.len() != oc) {
         return Err(format!("bias length differs from {oc} output channels"));
     }
-    let Scratch { a: sa, b: sb, c: sc } = scratch;
+    let Scratch { a: sa, b: sb, c: sc, .. } = scratch;
     // fp32 weights and bias are read in place; anything else is widened.
     let stored;
     let wf: &[f32] = if !g.packs() {

@@ -5,6 +5,21 @@
 use super::{Ctx, Quant, View, ViewMut};
 use crate::runtime::simd;
 
+/// f32 -> bf16 of one chunk (`x.len() == out.len()`): every narrowing to bf16 a node's
+/// output gets, unfused or at the end of a fused chain.
+pub fn f32_to_bf16(isa: simd::Isa, x: &[f32], out: &mut [half::bf16]) {
+    simd::f32_to_bf16(isa, x, simd::bf16_bits_mut(out));
+    #[cfg(feature = "mutants")]
+    if crate::mutants::is_active(crate::mutants::Mutant::Bf16Truncates) {
+        // Seeded bug: the high half of the f32 bits, rounded toward zero (NaN stays NaN).
+        for (o, v) in out.iter_mut().zip(x) {
+            if !v.is_nan() {
+                *o = half::bf16::from_bits((v.to_bits() >> 16) as u16);
+            }
+        }
+    }
+}
+
 /// Converts `x` into `out` (same length). `q` is the int8 side's quantization.
 pub fn convert(ctx: &Ctx, x: View, out: ViewMut, q: Option<Quant>) -> Result<(), String> {
     if x.len() != out.len() {
@@ -22,19 +37,9 @@ pub fn convert(ctx: &Ctx, x: View, out: ViewMut, q: Option<Quant>) -> Result<(),
         (View::F16(x), ViewMut::F32(o)) => {
             ctx.par_chunks(o, bytes, 256, false, |s, c| simd::f16_to_f32(isa, &x[s..s + c.len()], c))
         }
-        (View::F32(x), ViewMut::Bf16(o)) => ctx.par_chunks(o, bytes, 256, false, |s, c| {
-            simd::f32_to_bf16(isa, &x[s..s + c.len()], simd::bf16_bits_mut(c));
-            #[cfg(feature = "mutants")]
-            if crate::mutants::is_active(crate::mutants::Mutant::Bf16Truncates) {
-                // Seeded bug: the high half of the f32 bits, rounded toward zero (NaN stays NaN).
-                let n = c.len();
-                for (o, v) in c.iter_mut().zip(&x[s..s + n]) {
-                    if !v.is_nan() {
-                        *o = half::bf16::from_bits((v.to_bits() >> 16) as u16);
-                    }
-                }
-            }
-        }),
+        (View::F32(x), ViewMut::Bf16(o)) => {
+            ctx.par_chunks(o, bytes, 256, false, |s, c| f32_to_bf16(isa, &x[s..s + c.len()], c))
+        }
         (View::Bf16(x), ViewMut::F32(o)) => {
             ctx.par_chunks(o, bytes, 256, false, |s, c| simd::bf16_to_f32(isa, simd::bf16_bits(&x[s..s + c.len()]), c))
         }

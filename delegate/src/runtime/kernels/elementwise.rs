@@ -134,7 +134,7 @@ pub fn binary(
     if a.len() != numel(ash) || b.len() != numel(bsh) || out.len() != n {
         return Err("binary operand sizes do not match their shapes".into());
     }
-    let Scratch { a: sa, b: sb, c: sc } = scratch;
+    let Scratch { a: sa, b: sb, c: sc, .. } = scratch;
     match out {
         ViewMut::F32(o) => {
             let (af, bf) = (to_f32(ctx, a, sa)?, to_f32(ctx, b, sb)?);

@@ -1,8 +1,8 @@
-//! Fused fp32 elementwise chains (see `runtime::fuse`): several elementwise nodes over one
+//! Fused elementwise chains (see `runtime::fuse`): several elementwise nodes over one
 //! output shape run as one pass, each operand read once and the output written once, with
 //! the per-element arithmetic of the unfused kernels (so the same bits).
 
-use super::Ctx;
+use super::{with_f32_buf, Ctx, View, ViewMut};
 use crate::runtime::simd::{self, ChainLayout, ChainStep, CHAIN_ARGS, CHAIN_RANK};
 
 /// The joint iteration space of a chain producing `out` from operands of `args` shapes
@@ -61,7 +61,82 @@ pub fn chain_layout(out: &[usize], args: &[&[usize]]) -> Option<ChainLayout> {
 pub fn run_chain(ctx: &Ctx, steps: &[ChainStep], lay: &ChainLayout, args: &[&[f32]], out: &mut [f32]) {
     let isa = ctx.isa;
     let bytes = 4 * (out.len() + args.iter().map(|a| a.len()).sum::<usize>());
-    ctx.par_chunks(out, bytes, 1024, false, |start, chunk| simd::chain_rows(isa, steps, args, lay, start, chunk));
+    let origin = [0; CHAIN_ARGS];
+    ctx.par_chunks(out, bytes, 1024, false, |start, chunk| {
+        simd::chain_rows(isa, steps, args, &origin, lay, start, chunk, isa)
+    });
+}
+
+/// Elements an fp16/bf16 chain computes in f32 before narrowing them into the output (16 KiB:
+/// the f32 values never leave L1).
+const NARROW_TILE: usize = 4096;
+
+/// [`run_chain`] into an fp16/bf16 output, a tile at a time: the operands of the output's
+/// size (`dense[k]`, fp16/bf16) widened tile by tile, the chain's f32 values (its steps end
+/// with the last node's rounding, [`ChainStep::Round`]) narrowed into the output by the same
+/// conversions the unfused nodes use. Every other operand is in `args`, in f32 (broadcast
+/// operands widened whole: they are small); `args[k]` is unused where `dense[k]` is set.
+pub fn run_chain_narrow(
+    ctx: &Ctx,
+    steps: &[ChainStep],
+    lay: &ChainLayout,
+    args: &[&[f32]],
+    dense: &[Option<View>],
+    out: ViewMut,
+) -> Result<(), String> {
+    let isa = ctx.isa;
+    let n = out.len();
+    if dense.len() != args.len() || dense.iter().flatten().any(|d| d.len() != n || matches!(d, View::F32(_))) {
+        return Err("fused chain: a dense operand is not an fp16/bf16 value of the output's size".into());
+    }
+    let n_dense = dense.iter().flatten().count();
+    let small: usize = args.iter().zip(dense).filter(|(_, d)| d.is_none()).map(|(a, _)| a.len()).sum();
+    let bytes = 2 * n * (1 + n_dense) + 4 * small;
+    // One chunk of the output: per tile, widen the dense operands' elements of the tile into
+    // `wide` (one tile per operand), run the chain, narrow.
+    let chunk_tiles = |start: usize, len: usize, tl: usize, buf: &mut [f32], store: &mut dyn FnMut(usize, &[f32])| {
+        let (tile, wide) = buf.split_at_mut(tl);
+        let mut from = 0;
+        while from < len {
+            let m = NARROW_TILE.min(len - from);
+            let at = start + from;
+            let mut origin = [0; CHAIN_ARGS];
+            let mut views: [&[f32]; CHAIN_ARGS] = [&[]; CHAIN_ARGS];
+            let mut parts = wide.chunks_mut(tl);
+            for (k, d) in dense.iter().enumerate() {
+                let Some(d) = d else { continue };
+                let w = &mut parts.next().expect("one tile per dense operand")[..m];
+                match d {
+                    View::F16(h) => simd::f16_to_f32(isa, &h[at..at + m], w),
+                    View::Bf16(b) => simd::bf16_to_f32(isa, simd::bf16_bits(&b[at..at + m]), w),
+                    _ => unreachable!("checked above"),
+                }
+                origin[k] = at;
+            }
+            let mut parts = wide.chunks(tl);
+            for (k, v) in views.iter_mut().enumerate().take(args.len()) {
+                *v = if dense[k].is_some() { &parts.next().expect("one tile per dense operand")[..m] } else { args[k] };
+            }
+            let t = &mut tile[..m];
+            simd::chain_rows(isa, steps, &views[..args.len()], &origin, lay, at, t, isa);
+            store(from, t);
+            from += m;
+        }
+    };
+    let chunk = |start: usize, len: usize, store: &mut dyn FnMut(usize, &[f32])| {
+        let tl = NARROW_TILE.min(len);
+        with_f32_buf((n_dense + 1) * tl, |buf| chunk_tiles(start, len, tl, buf, store))
+    };
+    match out {
+        ViewMut::F16(o) => ctx.par_chunks(o, bytes, 1024, false, |start, c| {
+            chunk(start, c.len(), &mut |from, t| simd::f32_to_f16(isa, t, &mut c[from..from + t.len()]))
+        }),
+        ViewMut::Bf16(o) => ctx.par_chunks(o, bytes, 1024, false, |start, c| {
+            chunk(start, c.len(), &mut |from, t| super::convert::f32_to_bf16(isa, t, &mut c[from..from + t.len()]))
+        }),
+        o => return Err(format!("fused chain into {}", o.type_name())),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ pub fn fully_connected(
     if bf.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("bias length differs from {n} outputs"));
     }
-    let Scratch { a: sa, b: sb, c: sc } = scratch;
+    let Scratch { a: sa, b: sb, c: sc, .. } = scratch;
     let xf = to_f32(ctx, x, sa)?;
     let isa = ctx.isa;
     let weights = if n * k <= SMALL_WEIGHTS {

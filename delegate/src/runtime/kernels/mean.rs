@@ -11,7 +11,7 @@
 //! `m = in_scale * (1/n) / out_scale` in f32, XNNPACK's reference int32->int8 requantization.
 
 use super::convert::{from_f32, to_f32};
-use super::{sized_for_overwrite, strides, Ctx, Quant, Scratch, View, ViewMut};
+use super::{sized_for_overwrite, strides, with_f32_buf, Ctx, Quant, Scratch, View, ViewMut};
 use crate::runtime::pool::INLINE_BYTES;
 use crate::runtime::simd::{self, Rows, Term};
 use crate::runtime::ThreadPolicy;
@@ -235,7 +235,7 @@ pub fn mean(
             };
             let Scratch { a, b, .. } = scratch;
             let n_out = o.len();
-            if let Some(()) = rows_f16_tiled(ctx, x, shape, axes, b, n_out)? {
+            if let Some(()) = rows_f16_tiled(ctx, x, shape, axes, b, n_out, None)? {
                 return from_f32(ctx, &b[..n_out], o);
             }
             let xf = to_f32(ctx, x, a)?;
@@ -247,13 +247,53 @@ pub fn mean(
     }
 }
 
+/// `mean(square(x))` of fp16/bf16 `x` into `out` of the same type, as the unfused square and
+/// mean nodes compute it: each square rounded to the type (`simd::round_to`), then summed as
+/// [`mean`] sums. The fused group of `runtime::fuse`: on a last-dim mean the squares are never
+/// written.
+pub fn mean_of_squares_narrow(
+    ctx: &Ctx,
+    x: View,
+    shape: &[usize],
+    axes: &[usize],
+    out: ViewMut,
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    let to = match (x, &out) {
+        (View::F16(_), ViewMut::F16(_)) => simd::Narrow::F16,
+        (View::Bf16(_), ViewMut::Bf16(_)) => simd::Narrow::Bf16,
+        _ => return Err(format!("fused square and mean from {} to {}", x.type_name(), out.type_name())),
+    };
+    let Scratch { a, b, .. } = scratch;
+    let n_out = out.len();
+    if let Some(()) = rows_f16_tiled(ctx, x, shape, axes, b, n_out, Some(to))? {
+        return from_f32(ctx, &b[..n_out], out);
+    }
+    let xf = sized_for_overwrite(a, x.len()); // the convert writes every element
+    super::convert::convert(ctx, x, ViewMut::F32(xf), None)?;
+    let isa = ctx.isa;
+    ctx.par_chunks(xf, x.len() * 8, 1024, false, |_, c| square_rounded(isa, to, c));
+    let of = sized_for_overwrite(b, n_out); // mean_f32 writes every output
+    mean_f32(ctx, xf, shape, axes, of)?;
+    from_f32(ctx, of, out)
+}
+
+/// `round_to(v * v)` in place: an fp16/bf16 square node's output, widened.
+fn square_rounded(isa: simd::Isa, to: simd::Narrow, x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v *= *v;
+    }
+    simd::round_to(isa, to, x);
+}
+
 /// Elements widened per tile in [`rows_f16_tiled`] (16 KiB of f32: stays in L1/L2).
 const TILE: usize = 4096;
 
 /// The mean of fp16/bf16 rows `[outputs, len]` (a last-dim mean) into `out` (f32, sized
 /// here), widening a tile of rows at a time into a stack buffer rather than the whole input
 /// into scratch: the same `row_sums_f32` on the same f32 values, so the same bits, without
-/// writing and rereading an f32 copy of the input. `None` where the layout is another one,
+/// writing and rereading an f32 copy of the input (with `squares`, of the rounded squares of the
+/// input, see [`mean_of_squares_narrow`]). `None` where the layout is another one,
 /// a row is longer than a tile, or there are fewer outputs than threads (`contiguous_f32`
 /// then splits rows).
 fn rows_f16_tiled(
@@ -263,6 +303,7 @@ fn rows_f16_tiled(
     axes: &[usize],
     out: &mut Vec<f32>,
     n_out: usize,
+    squares: Option<simd::Narrow>,
 ) -> Result<Option<()>, String> {
     let r = normalize(shape, axes);
     check_sizes(&r, x.len(), n_out)?;
@@ -279,12 +320,16 @@ fn rows_f16_tiled(
     };
     let o = sized_for_overwrite(out, n_out); // every output is written below
     ctx.par_chunks(o, x.len() * 4, 1, true, |start, chunk| {
-        let mut buf = [0f32; TILE];
-        for (c, outs) in chunk.chunks_mut(per).enumerate() {
-            let n = outs.len() * len;
-            widen((start + c * per) * len, &mut buf[..n]);
-            simd::row_sums_f32(isa, &buf[..n], 0, len, scale, outs, Term::Value);
-        }
+        with_f32_buf(chunk.len().min(per) * len, |buf| {
+            for (c, outs) in chunk.chunks_mut(per).enumerate() {
+                let n = outs.len() * len;
+                widen((start + c * per) * len, &mut buf[..n]);
+                if let Some(to) = squares {
+                    square_rounded(isa, to, &mut buf[..n]);
+                }
+                simd::row_sums_f32(isa, &buf[..n], 0, len, scale, outs, Term::Value);
+            }
+        })
     });
     Ok(Some(()))
 }

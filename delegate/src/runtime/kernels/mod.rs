@@ -171,6 +171,18 @@ pub struct Scratch {
     pub a: Vec<f32>,
     pub b: Vec<f32>,
     pub c: Vec<f32>,
+    /// The widened operands of a fused fp16/bf16 chain, one per operand.
+    pub wide: Vec<Vec<f32>>,
+}
+
+/// Runs `f` on `n` zeroed f32s: on the stack up to 256, else on the heap (a small kernel's
+/// work tile: allocating or zeroing a full 16 KiB tile cost more than the kernel itself).
+pub fn with_f32_buf<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    if n <= 256 {
+        f(&mut [0f32; 256][..n])
+    } else {
+        f(&mut vec![0f32; n])
+    }
 }
 
 /// `v` as `n` elements for a kernel that overwrites every one of them: capacity and stale

@@ -43,9 +43,10 @@ impl RunState {
     /// Bytes of the buffers it holds.
     pub(super) fn bytes(&self) -> usize {
         let blocks: usize = self.segments.iter().map(|s| s.block_capacity_bytes()).sum();
-        let Scratch { a, b, c } = &self.scratch;
+        let Scratch { a, b, c, wide } = &self.scratch;
         let written: usize = self.written.iter().flatten().map(|t| t.data.len() * t.dtype().size_bytes()).sum();
-        blocks + 4 * (a.capacity() + b.capacity() + c.capacity()) + written
+        let wide: usize = wide.iter().map(|w| w.capacity()).sum();
+        blocks + 4 * (a.capacity() + b.capacity() + c.capacity() + wide) + written
     }
 
     /// Parks the state for the next program on this thread (or drops it: too large, the pool

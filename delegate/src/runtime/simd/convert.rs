@@ -88,6 +88,55 @@ pub fn f16_to_f32(isa: Isa, x: &[f16], out: &mut [f32]) {
     }
 }
 
+/// The float type a value is rounded to after each op of an fp16/bf16 elementwise chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Narrow {
+    F16,
+    Bf16,
+}
+
+/// Rounds f32 values in place to `to` and back (exactly what narrowing them with
+/// [`f32_to_f16`]/[`f32_to_bf16`] and widening with [`f16_to_f32`]/[`bf16_to_f32`] on the same
+/// `isa` gives, NaNs included), so a fused fp16/bf16 chain keeps every node's rounding.
+pub fn round_to(isa: Isa, to: Narrow, x: &mut [f32]) {
+    match to {
+        Narrow::Bf16 => {
+            #[cfg(feature = "mutants")]
+            if crate::mutants::is_active(crate::mutants::Mutant::Bf16Truncates) {
+                // The seeded bug of `kernels::convert::f32_to_bf16`, on every narrowing.
+                for v in x.iter_mut().filter(|v| !v.is_nan()) {
+                    *v = f32::from_bits(v.to_bits() & 0xffff_0000);
+                }
+                return;
+            }
+            round_bf16(isa, x)
+        }
+        Narrow::F16 => {
+            #[cfg(target_arch = "x86_64")]
+            if !isa.is_scalar() {
+                // SAFETY: a non-scalar `Isa` proves AVX2 and F16C (see `f32_to_f16`).
+                return unsafe { x86::round_f16_f16c(x) };
+            }
+            for v in x.iter_mut() {
+                *v = f16::from_f32(*v).to_f32();
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `bf16_to_f32(f32_to_bf16(x))` in place, with the same bit formulas.
+    pub fn round_bf16(x: &mut [f32]) {
+        for v in x.iter_mut() {
+            let b = v.to_bits();
+            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+            let r = (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+            let q = if nan { (b >> 16) | 0x0040 } else { r };
+            *v = f32::from_bits(q << 16);
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use half::f16;
@@ -116,6 +165,33 @@ mod x86 {
                 _mm_storeu_si128(b.as_mut_ptr() as *mut __m128i, h);
             }
             out[i..].copy_from_slice(&b[..n - i]);
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and F16C available.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn round_f16_f16c(x: &mut [f32]) {
+        let n = x.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n = x.len(): 8 f32 read and written in bounds.
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p));
+                _mm256_storeu_ps(p, _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        if i < n {
+            let mut a = [0f32; 8];
+            a[..n - i].copy_from_slice(&x[i..]);
+            // SAFETY: the padded block is 8 elements.
+            unsafe {
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(a.as_ptr()));
+                _mm256_storeu_ps(a.as_mut_ptr(), _mm256_cvtph_ps(h));
+            }
+            x[i..].copy_from_slice(&a[..n - i]);
         }
     }
 
@@ -193,6 +269,30 @@ mod tests {
             quantize(isa, &x, 0.5, -3, &mut out);
             // x / 2 rounded half to even, minus 3, saturated; NaN -> -3.
             assert_eq!(out, [-3, -2, -2, -3, -4, 60, 61, 127, -128, 127, -3, -68, -1], "{}", isa.name());
+        }
+    }
+
+    #[test]
+    fn rounding_in_place_is_narrowing_then_widening() {
+        let mut vals = vec![0.0f32, -0.0, 1.0, 1.000_488_3, 1.000_976_6, 1.003_906_2, 65519.0, 65520.0, 1e-7, 3e-8];
+        vals.extend([-3.3e38, 1e-40, 3.3e-39, 1.011_718_8, f32::INFINITY, f32::NAN, f32::from_bits(0x7f80_0001)]);
+        vals.extend((0..40).map(|i| (i as f32 - 20.0) * 0.123_456_7));
+        for isa in available_isas() {
+            for n in 0..=vals.len() {
+                let x = &vals[..n];
+                let (mut h, mut b) = (vec![f16::ZERO; n], vec![0u16; n]);
+                let (mut wh, mut wb) = (vec![0f32; n], vec![0f32; n]);
+                f32_to_f16(isa, x, &mut h);
+                f16_to_f32(isa, &h, &mut wh);
+                f32_to_bf16(isa, x, &mut b);
+                bf16_to_f32(isa, &b, &mut wb);
+                let (mut rh, mut rb) = (x.to_vec(), x.to_vec());
+                round_to(isa, Narrow::F16, &mut rh);
+                round_to(isa, Narrow::Bf16, &mut rb);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&rh), bits(&wh), "f16 on {}", isa.name());
+                assert_eq!(bits(&rb), bits(&wb), "bf16 on {}", isa.name());
+            }
         }
     }
 

@@ -200,6 +200,9 @@ pub enum ChainStep {
         lo: f32,
         hi: f32,
     },
+    /// The running value rounded to fp16 or bf16 and back: an fp16/bf16 node's output
+    /// (`convert::round_to`, the unfused node's narrowing and the next node's widening).
+    Round(super::convert::Narrow),
 }
 
 /// The iteration space of a chain: merged output dims (innermost last) and each operand's
@@ -279,7 +282,7 @@ impl<'a> BlockOpd<'a> {
 /// One step over a block of rows of `w` elements (`o` holds them, row-major): one
 /// pass over the whole block when no operand changes per row, else one per row.
 #[inline(always)]
-fn chain_step<'a>(st: &ChainStep, opd: impl Fn(Src) -> BlockOpd<'a> + Copy, w: usize, o: &mut [f32]) {
+fn chain_step<'a>(st: &ChainStep, opd: impl Fn(Src) -> BlockOpd<'a> + Copy, w: usize, o: &mut [f32], rounding: Isa) {
     let unary = |x: Src, o: &mut [f32], f: fn(f32) -> f32| {
         let x = opd(x);
         if x.per_row() {
@@ -309,6 +312,7 @@ fn chain_step<'a>(st: &ChainStep, opd: impl Fn(Src) -> BlockOpd<'a> + Copy, w: u
                 *v = if t > hi { hi } else { t };
             }
         }
+        ChainStep::Round(to) => super::convert::round_to(rounding, to, o),
     }
 }
 
@@ -492,8 +496,19 @@ multiversion! {
     /// (whole rows, or part of a long row) runs every step in order (the first step reads only
     /// operands, later ones the running value too), the same f32 operations per element as
     /// the unfused nodes, so the same bits, with each operand read once and the output written
-    /// once. Chunks may start and end inside a row.
-    pub fn chain_rows(steps: &[ChainStep], args: &[&[f32]], lay: &ChainLayout, start: usize, out: &mut [f32]) {
+    /// once. Chunks may start and end inside a row. `rounding` is the ISA of the
+    /// [`ChainStep::Round`] steps (the unfused conversions' own). Operand `a` holds its elements
+    /// from offset `origin[a]` on (a tile of a dense operand widened for this call; else 0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn chain_rows(
+        steps: &[ChainStep],
+        args: &[&[f32]],
+        origin: &[usize; CHAIN_ARGS],
+        lay: &ChainLayout,
+        start: usize,
+        out: &mut [f32],
+        rounding: Isa,
+    ) {
         let r = lay.rank;
         let na = args.len();
         assert!((1..=CHAIN_RANK).contains(&r) && na <= CHAIN_ARGS, "chain of rank {r} with {na} operands");
@@ -530,12 +545,14 @@ multiversion! {
             let mut bo = [BlockOpd::Acc; CHAIN_ARGS];
             for (a, b) in bo.iter_mut().enumerate().take(na) {
                 let (inner_st, row_st) = (lay.st[a][r - 1], rd.map_or(0, |k| lay.st[a][k]));
-                let x = &args[a][off[a]..];
+                // The operand's element under the block's first output (innermost strides
+                // are 0 or 1).
+                let x = &args[a][off[a] + col * inner_st - origin[a]..];
                 *b = match (inner_st, row_st) {
                     (0, _) if rows == 1 || row_st == 0 => BlockOpd::Const(x[0]),
                     (0, _) => BlockOpd::RowScalar { base: x, stride: row_st },
-                    (_, _) if rows == 1 || row_st == w => BlockOpd::Flat(&x[col..col + rows * w]),
-                    _ => BlockOpd::Rows { base: &x[col..], stride: row_st },
+                    (_, _) if rows == 1 || row_st == w => BlockOpd::Flat(&x[..rows * w]),
+                    _ => BlockOpd::Rows { base: x, stride: row_st },
                 };
             }
             let opd = |s: Src| match s {
@@ -547,7 +564,7 @@ multiversion! {
                 if chain_pair(steps, k, opd, w, o) {
                     k += 2;
                 } else {
-                    chain_step(&steps[k], opd, w, o);
+                    chain_step(&steps[k], opd, w, o, rounding);
                     k += 1;
                 }
             }
