@@ -398,7 +398,20 @@ fn mean_qs8(
     let isa = ctx.isa;
     let mult = qi.scale * scale_of(r.n) / qo.scale;
     let n = r.n;
-    if r.contiguous {
+    if r.contiguous && r.shape[1] == 1 && r.shape[3] == 1 {
+        // A last-dim mean: output `i` sums the row at `i * len`.
+        let len = r.shape[5];
+        ctx.par_chunks(out, x.len(), 1, true, |start, chunk| {
+            let mut acc = [0i32; 256];
+            for (k, c) in chunk.chunks_mut(acc.len()).enumerate() {
+                let a = &mut acc[..c.len()];
+                simd::row_sums_i8(isa, x, (start + k * 256) * len, len, a);
+                for (o, &v) in c.iter_mut().zip(a.iter()) {
+                    *o = requantize(v, n, qi, mult, qo);
+                }
+            }
+        });
+    } else if r.contiguous {
         ctx.par_chunks(out, x.len(), 1, true, |start, chunk| {
             for (k, o) in chunk.iter_mut().enumerate() {
                 let acc = simd::sum_rows_i8(isa, x, &contiguous_rows(&r, &st, start + k));

@@ -291,6 +291,67 @@ mod x86 {
         }
     }
 
+    /// `v ^ 0x80` is `v + 128` as an unsigned byte: `vpsadbw` against zero adds 8 of them into
+    /// each 64-bit lane of `acc`, exactly. Adds the `len / 32 * 32` leading bytes at `p` (biased
+    /// by 128 each) and returns the plain sum of the rest.
+    ///
+    /// # Safety
+    /// AVX2 available; `len` bytes readable at `p`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn sad_row(p: *const i8, len: usize, acc: &mut __m256i) -> i64 {
+        let (bias, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
+        let full = len / 32 * 32;
+        let mut j = 0;
+        let mut tail = 0i64;
+        // SAFETY: every read is below `len` bytes from `p` (the caller's guarantee).
+        unsafe {
+            while j < full {
+                let v = _mm256_xor_si256(_mm256_loadu_si256(p.add(j) as *const __m256i), bias);
+                *acc = _mm256_add_epi64(*acc, _mm256_sad_epu8(v, zero));
+                j += 32;
+            }
+            while j < len {
+                tail += *p.add(j) as i64;
+                j += 1;
+            }
+        }
+        tail
+    }
+
+    /// The four 64-bit lanes of `acc` added.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hsum64(acc: __m256i) -> i64 {
+        let h = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+        _mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)
+    }
+
+    /// # Safety
+    /// AVX2 available; every row of `rows` lies inside the allocation behind `x`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn sum_rows_i8_avx2(x: *const i8, rows: &Rows) -> i32 {
+        let mut acc = _mm256_setzero_si256();
+        let mut tail = 0i64;
+        for off in rows.offsets() {
+            // SAFETY: the caller checked that the row `off..off + len` lies inside `x`.
+            tail += unsafe { sad_row(x.add(off), rows.len, &mut acc) };
+        }
+        (hsum64(acc) - 128 * (rows.count() * (rows.len / 32 * 32)) as i64 + tail) as i32
+    }
+
+    /// The sum of the `len` int8 values at `p`.
+    ///
+    /// # Safety
+    /// AVX2 available; `len` bytes readable at `p`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn sum_i8_avx2(p: *const i8, len: usize) -> i32 {
+        let mut acc = _mm256_setzero_si256();
+        // SAFETY: the caller's guarantee.
+        let tail = unsafe { sad_row(p, len, &mut acc) };
+        (hsum64(acc) - 128 * (len / 32 * 32) as i64 + tail) as i32
+    }
+
     /// # Safety
     /// AVX2 available; every row of `rows` lies inside the allocation behind `x`.
     #[target_feature(enable = "avx2,fma")]
@@ -559,11 +620,43 @@ mod x86 {
     }
 }
 
+/// Sum of rows of int8 values in int32 (exact for fewer than 2^24 elements per output). With
+/// AVX2, 32 bytes per `vpsadbw` (biased to unsigned); else plain loops.
+pub fn sum_rows_i8(isa: Isa, x: &[i8], rows: &Rows) -> i32 {
+    rows.check(x.len());
+    match isa.level() {
+        Level::Scalar => sum_rows_i8_plain(isa, x, rows),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a non-scalar `Isa` proves AVX2; `rows.check` bounds every row.
+        Level::Avx2 | Level::Avx512 => unsafe { x86::sum_rows_i8_avx2(x.as_ptr(), rows) },
+    }
+}
+
+/// `out[r] = sum(x[base + r*len .. base + (r+1)*len])` for consecutive int8 rows, in int32
+/// (a last-dim mean: one call for all its rows, no per-row set-up).
+pub fn row_sums_i8(isa: Isa, x: &[i8], base: usize, len: usize, out: &mut [i32]) {
+    let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
+    rows.check(x.len());
+    match isa.level() {
+        Level::Scalar => {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = sum_rows_i8_plain(isa, x, &Rows { base: base + r * len, n: [1, 1, 1], st: [0, 0, 0], len });
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a non-scalar `Isa` proves AVX2; `rows.check` bounds every row.
+        Level::Avx2 | Level::Avx512 => unsafe {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = x86::sum_i8_avx2(x.as_ptr().add(base + r * len), len);
+            }
+        },
+    }
+}
+
 multiversion! {
-    /// Sum of rows of int8 values in int32 (exact for fewer than 2^24 elements per output).
-    /// Plain loops, not `Rows::for_each`: a closure made in the multiversioned body is
-    /// compiled for the baseline, not for the body's instruction set.
-    pub fn sum_rows_i8(x: &[i8], rows: &Rows) -> i32 {
+    /// [`sum_rows_i8`] in plain loops, not `Rows::for_each`: a closure made in the
+    /// multiversioned body is compiled for the baseline, not for the body's instruction set.
+    pub fn sum_rows_i8_plain(x: &[i8], rows: &Rows) -> i32 {
         rows.check(x.len());
         let mut acc = [0i32; 32];
         let mut tail = 0i32;
@@ -616,8 +709,11 @@ mod tests {
 
     #[test]
     fn int8_sums_are_exact_on_every_isa() {
-        let x: Vec<i8> = (0..5000).map(|i| ((i * 7919) % 256) as u8 as i8).collect();
-        for len in [1, 31, 32, 33, 100, 257] {
+        let mut x: Vec<i8> = (0..5000).map(|i| ((i * 7919) % 256) as u8 as i8).collect();
+        // Runs of the extremes, where a biased or saturating sum would go wrong.
+        x[100..400].fill(-128);
+        x[1000..1300].fill(127);
+        for len in [1, 31, 32, 33, 64, 100, 257] {
             let rows = Rows { base: 3, n: [2, 3, 2], st: [len * 7 + 3, len * 2 + 1, len + 1], len };
             let mut want = 0i32;
             let mut cols = vec![0i32; len];
@@ -629,6 +725,12 @@ mod tests {
             });
             for isa in available_isas() {
                 assert_eq!(sum_rows_i8(isa, &x, &rows), want, "{} len {len}", isa.name());
+                // Consecutive rows in one call: each row's own sum.
+                let mut sums = vec![0i32; 7];
+                row_sums_i8(isa, &x, 5, len, &mut sums);
+                let each: Vec<i32> =
+                    (0..7).map(|r| x[5 + r * len..5 + (r + 1) * len].iter().map(|&v| v as i32).sum()).collect();
+                assert_eq!(sums, each, "{} len {len}", isa.name());
                 let mut out = vec![0i32; len];
                 col_sums_i8(isa, &x, &rows, &mut out);
                 assert_eq!(out, cols, "{} len {len}", isa.name());
