@@ -319,7 +319,16 @@ fn rows_f16_tiled(
         _ => return Ok(None),
     };
     let o = sized_for_overwrite(out, n_out); // every output is written below
+    let half = match x {
+        View::F16(h) => simd::Half::F16(h),
+        View::Bf16(b) => simd::Half::Bf16(simd::bf16_bits(b)),
+        _ => return Ok(None),
+    };
     ctx.par_chunks(o, x.len() * 4, 1, true, |start, chunk| {
+        // Widened as loaded where the ISA has a kernel for it (same sums, same bits).
+        if squares.is_none() && simd::row_sums_half(isa, half, start * len, len, scale, chunk) {
+            return;
+        }
         with_f32_buf(chunk.len().min(per) * len, |buf| {
             for (c, outs) in chunk.chunks_mut(per).enumerate() {
                 let n = outs.len() * len;

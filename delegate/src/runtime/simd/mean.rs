@@ -205,15 +205,78 @@ fn row_sums<const SQ: bool>(isa: Isa, x: &[f32], base: usize, len: usize, scale:
         }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detection proven by `Isa`; `rows.check` bounds every row; writes stay in `out`.
-        Level::Avx2 => unsafe { x86::row_sums_avx2::<SQ>(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+        Level::Avx2 => unsafe {
+            x86::row_sums_avx2::<SQ, SRC_F32>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
-        Level::Avx512 => unsafe { x86::row_sums_avx512::<SQ>(x.as_ptr(), base, len, scale, out, mut_drop_tail()) },
+        Level::Avx512 => unsafe {
+            x86::row_sums_avx512::<SQ, SRC_F32>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
+        },
     }
     #[cfg(feature = "mutants")]
     for v in out.iter_mut() {
         *v = mut_nan(isa, *v);
     }
+}
+
+/// The element type a row-sum kernel reads (widened to f32 as it loads).
+const SRC_F32: u8 = 0;
+const SRC_F16: u8 = 1;
+const SRC_BF16: u8 = 2;
+
+/// A half-width float array for [`row_sums_half`].
+#[derive(Clone, Copy)]
+pub enum Half<'a> {
+    F16(&'a [half::f16]),
+    /// bf16 bit patterns.
+    Bf16(&'a [u16]),
+}
+
+/// [`row_sums_f32`] (`Term::Value`) of fp16/bf16 rows, each value widened as it is loaded:
+/// the same sums of the same f32 values in the same order, so the same bits as widening the
+/// rows first, without writing them. `false` (nothing done) on the scalar path.
+pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out: &mut [f32]) -> bool {
+    let (ptr, n) = match x {
+        Half::F16(h) => (h.as_ptr() as *const u8, h.len()),
+        Half::Bf16(b) => (b.as_ptr() as *const u8, b.len()),
+    };
+    let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
+    rows.check(n);
+    if isa.is_scalar() {
+        return false;
+    }
+    if len == 0 {
+        out.fill(0.0);
+        return true;
+    }
+    let f16 = matches!(x, Half::F16(_));
+    match isa.level() {
+        Level::Scalar => return false,
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a non-scalar `Isa` proves AVX2 and F16C; `rows.check` bounds every row.
+        Level::Avx2 => unsafe {
+            if f16 {
+                x86::row_sums_avx2::<false, SRC_F16>(ptr, base, len, scale, out, mut_drop_tail())
+            } else {
+                x86::row_sums_avx2::<false, SRC_BF16>(ptr, base, len, scale, out, mut_drop_tail())
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe {
+            if f16 {
+                x86::row_sums_avx512::<false, SRC_F16>(ptr, base, len, scale, out, mut_drop_tail())
+            } else {
+                x86::row_sums_avx512::<false, SRC_BF16>(ptr, base, len, scale, out, mut_drop_tail())
+            }
+        },
+    }
+    #[cfg(feature = "mutants")]
+    for v in out.iter_mut() {
+        *v = mut_nan(isa, *v);
+    }
+    true
 }
 
 /// `out[c] = scale * sum over rows of t(row[c])` for `c < rows.len` (f32 accumulation).
@@ -423,11 +486,51 @@ mod x86 {
         _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
     }
 
+    /// 8 values at element `j` of `x`, an array of `SRC` (see [`super::Src`]) widened to f32.
+    ///
     /// # Safety
-    /// AVX2 available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn row_sums_avx2<const SQ: bool>(
-        x: *const f32,
+    /// AVX2 and F16C available; 8 elements readable at `j`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn ld8<const SRC: u8>(x: *const u8, j: usize) -> __m256 {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            match SRC {
+                super::SRC_F16 => _mm256_cvtph_ps(_mm_loadu_si128(x.add(2 * j) as *const __m128i)),
+                super::SRC_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+                    _mm_loadu_si128(x.add(2 * j) as *const __m128i),
+                ))),
+                _ => _mm256_loadu_ps(x.add(4 * j) as *const f32),
+            }
+        }
+    }
+
+    /// The `tail < 8` values at element `j` widened, zero in the other lanes (`m` masks them
+    /// for f32; a half-width tail goes through a zeroed block).
+    ///
+    /// # Safety
+    /// AVX2 and F16C available; `tail` elements readable at `j`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn ld8_tail<const SRC: u8>(x: *const u8, j: usize, tail: usize, m: __m256i) -> __m256 {
+        if SRC == super::SRC_F32 {
+            // SAFETY: masked lanes are not read.
+            return unsafe { _mm256_maskload_ps(x.add(4 * j) as *const f32, m) };
+        }
+        let mut b = [0u16; 8];
+        // SAFETY: `tail` elements at `j` (the caller's guarantee) into an 8-element block.
+        unsafe {
+            std::ptr::copy_nonoverlapping(x.add(2 * j) as *const u16, b.as_mut_ptr(), tail);
+            ld8::<SRC>(b.as_ptr() as *const u8, 0)
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and F16C available; rows `base + r*len .. + len` for `r < out.len()` inside the
+    /// allocation behind `x`, an array of `SRC`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn row_sums_avx2<const SQ: bool, const SRC: u8>(
+        x: *const u8,
         base: usize,
         len: usize,
         scale: f32,
@@ -441,23 +544,23 @@ mod x86 {
             // SAFETY: full loads end at or before the row's end; the masked load reads only the
             // `tail` lanes inside the row; the caller checked the last row's end.
             unsafe {
-                let p = x.add(base + r * len);
+                let p = base + r * len;
                 let (mut a0, mut a1, mut a2, mut a3) =
                     (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut j = 0;
                 while j + 32 <= len {
-                    a0 = _mm256_add_ps(a0, t8::<SQ>(_mm256_loadu_ps(p.add(j))));
-                    a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_loadu_ps(p.add(j + 8))));
-                    a2 = _mm256_add_ps(a2, t8::<SQ>(_mm256_loadu_ps(p.add(j + 16))));
-                    a3 = _mm256_add_ps(a3, t8::<SQ>(_mm256_loadu_ps(p.add(j + 24))));
+                    a0 = _mm256_add_ps(a0, t8::<SQ>(ld8::<SRC>(x, p + j)));
+                    a1 = _mm256_add_ps(a1, t8::<SQ>(ld8::<SRC>(x, p + j + 8)));
+                    a2 = _mm256_add_ps(a2, t8::<SQ>(ld8::<SRC>(x, p + j + 16)));
+                    a3 = _mm256_add_ps(a3, t8::<SQ>(ld8::<SRC>(x, p + j + 24)));
                     j += 32;
                 }
                 while j + 8 <= len {
-                    a1 = _mm256_add_ps(a1, t8::<SQ>(_mm256_loadu_ps(p.add(j))));
+                    a1 = _mm256_add_ps(a1, t8::<SQ>(ld8::<SRC>(x, p + j)));
                     j += 8;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm256_add_ps(a2, t8::<SQ>(_mm256_maskload_ps(p.add(j), m)));
+                    a2 = _mm256_add_ps(a2, t8::<SQ>(ld8_tail::<SRC>(x, p + j, tail, m)));
                 }
                 let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
                 let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
@@ -468,11 +571,50 @@ mod x86 {
         }
     }
 
+    /// [`ld8`] for 16 lanes.
+    ///
     /// # Safety
-    /// AVX-512F available; rows `base + r*len .. + len` for `r < out.len()` inside `x`'s allocation.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn row_sums_avx512<const SQ: bool>(
-        x: *const f32,
+    /// AVX-512F available; 16 elements readable at `j`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn ld16<const SRC: u8>(x: *const u8, j: usize) -> __m512 {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            match SRC {
+                super::SRC_F16 => _mm512_cvtph_ps(_mm256_loadu_si256(x.add(2 * j) as *const __m256i)),
+                super::SRC_BF16 => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm256_loadu_si256(x.add(2 * j) as *const __m256i),
+                ))),
+                _ => _mm512_loadu_ps(x.add(4 * j) as *const f32),
+            }
+        }
+    }
+
+    /// [`ld8_tail`] for 16 lanes (`m` masks f32 lanes).
+    ///
+    /// # Safety
+    /// AVX-512F available; `tail < 16` elements readable at `j`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn ld16_tail<const SRC: u8>(x: *const u8, j: usize, tail: usize, m: __mmask16) -> __m512 {
+        if SRC == super::SRC_F32 {
+            // SAFETY: masked lanes never fault.
+            return unsafe { _mm512_maskz_loadu_ps(m, x.add(4 * j) as *const f32) };
+        }
+        let mut b = [0u16; 16];
+        // SAFETY: `tail` elements at `j` (the caller's guarantee) into a 16-element block.
+        unsafe {
+            std::ptr::copy_nonoverlapping(x.add(2 * j) as *const u16, b.as_mut_ptr(), tail);
+            ld16::<SRC>(b.as_ptr() as *const u8, 0)
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F and F16C available; rows `base + r*len .. + len` for `r < out.len()` inside the
+    /// allocation behind `x`, an array of `SRC`.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub unsafe fn row_sums_avx512<const SQ: bool, const SRC: u8>(
+        x: *const u8,
         base: usize,
         len: usize,
         scale: f32,
@@ -484,23 +626,23 @@ mod x86 {
         for (r, o) in out.iter_mut().enumerate() {
             // SAFETY: as in `row_sums_avx2`; masked lanes never fault.
             unsafe {
-                let p = x.add(base + r * len);
+                let p = base + r * len;
                 let (mut a0, mut a1, mut a2, mut a3) =
                     (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
                 let mut j = 0;
                 while j + 64 <= len {
-                    a0 = _mm512_add_ps(a0, t16::<SQ>(_mm512_loadu_ps(p.add(j))));
-                    a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_loadu_ps(p.add(j + 16))));
-                    a2 = _mm512_add_ps(a2, t16::<SQ>(_mm512_loadu_ps(p.add(j + 32))));
-                    a3 = _mm512_add_ps(a3, t16::<SQ>(_mm512_loadu_ps(p.add(j + 48))));
+                    a0 = _mm512_add_ps(a0, t16::<SQ>(ld16::<SRC>(x, p + j)));
+                    a1 = _mm512_add_ps(a1, t16::<SQ>(ld16::<SRC>(x, p + j + 16)));
+                    a2 = _mm512_add_ps(a2, t16::<SQ>(ld16::<SRC>(x, p + j + 32)));
+                    a3 = _mm512_add_ps(a3, t16::<SQ>(ld16::<SRC>(x, p + j + 48)));
                     j += 64;
                 }
                 while j + 16 <= len {
-                    a1 = _mm512_add_ps(a1, t16::<SQ>(_mm512_loadu_ps(p.add(j))));
+                    a1 = _mm512_add_ps(a1, t16::<SQ>(ld16::<SRC>(x, p + j)));
                     j += 16;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm512_add_ps(a2, t16::<SQ>(_mm512_maskz_loadu_ps(m, p.add(j))));
+                    a2 = _mm512_add_ps(a2, t16::<SQ>(ld16_tail::<SRC>(x, p + j, tail, m)));
                 }
                 *o = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) * scale;
             }

@@ -27,7 +27,9 @@ pub use elementwise::{
     ChainStep, Src, CHAIN_ARGS, CHAIN_RANK,
 };
 pub use isa::{available_isas, Isa};
-pub use mean::{col_sums_f32, col_sums_i8, row_sums_f32, row_sums_i8, sum_rows_f32, sum_rows_i8, Rows, Term};
+pub use mean::{
+    col_sums_f32, col_sums_i8, row_sums_f32, row_sums_half, row_sums_i8, sum_rows_f32, sum_rows_i8, Half, Rows, Term,
+};
 pub use product::{
     conv_windows_f32, conv_windows_qs8, dot, gemm_rows, mul_acc, requantize, window_f32, window_qs8, Gemm, Lane,
     Requant, Start, Window,
