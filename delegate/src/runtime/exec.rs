@@ -257,10 +257,11 @@ impl SegmentPlan {
                             }
                         }
                         let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
-                        for ((d, &a), w) in views.iter_mut().zip(args).zip(&scratch.wide) {
+                        for (((d, &a), w), dn) in views.iter_mut().zip(args).zip(&scratch.wide).zip(&dense) {
                             *d = match self.view_of(a, inputs, blocks, outs, shapes) {
                                 View::F32(v) => v,
-                                v @ (View::F16(_) | View::Bf16(_)) => &w[..if v.len() == n_out { 0 } else { v.len() }],
+                                _ if dn.is_some() => &[],
+                                v @ (View::F16(_) | View::Bf16(_)) => &w[..v.len()],
                                 _ => return Err("fused chain on a non-float operand".into()),
                             };
                         }

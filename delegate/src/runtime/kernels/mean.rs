@@ -312,18 +312,17 @@ fn rows_f16_tiled(
         return Ok(None);
     }
     let (isa, scale, per) = (ctx.isa, scale_of(r.n), TILE / len);
-    // Widens `buf.len()` elements from `from`.
-    let widen: &(dyn Fn(usize, &mut [f32]) + Sync) = match x {
-        View::F16(h) => &move |from, buf| simd::f16_to_f32(isa, &h[from..from + buf.len()], buf),
-        View::Bf16(b) => &move |from, buf| simd::bf16_to_f32(isa, simd::bf16_bits(&b[from..from + buf.len()]), buf),
-        _ => return Ok(None),
-    };
-    let o = sized_for_overwrite(out, n_out); // every output is written below
     let half = match x {
         View::F16(h) => simd::Half::F16(h),
         View::Bf16(b) => simd::Half::Bf16(simd::bf16_bits(b)),
         _ => return Ok(None),
     };
+    // Widens `buf.len()` elements from `from`.
+    let widen = |from: usize, buf: &mut [f32]| match half {
+        simd::Half::F16(h) => simd::f16_to_f32(isa, &h[from..from + buf.len()], buf),
+        simd::Half::Bf16(b) => simd::bf16_to_f32(isa, &b[from..from + buf.len()], buf),
+    };
+    let o = sized_for_overwrite(out, n_out); // every output is written below
     ctx.par_chunks(o, x.len() * 4, 1, true, |start, chunk| {
         // Widened as loaded where the ISA has a kernel for it (same sums, same bits).
         if squares.is_none() && simd::row_sums_half(isa, half, start * len, len, scale, chunk) {
@@ -413,8 +412,9 @@ fn mean_qs8(
         ctx.par_chunks(out, x.len(), 1, true, |start, chunk| {
             let mut acc = [0i32; 256];
             for (k, c) in chunk.chunks_mut(acc.len()).enumerate() {
+                let first = start + k * acc.len();
                 let a = &mut acc[..c.len()];
-                simd::row_sums_i8(isa, x, (start + k * 256) * len, len, a);
+                simd::row_sums_i8(isa, x, first * len, len, a);
                 for (o, &v) in c.iter_mut().zip(a.iter()) {
                     *o = requantize(v, n, qi, mult, qo);
                 }

@@ -486,7 +486,8 @@ mod x86 {
         _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
     }
 
-    /// 8 values at element `j` of `x`, an array of `SRC` (see [`super::Src`]) widened to f32.
+    /// 8 values at element `j` of `x`, an array of `SRC` (`SRC_F32`, `SRC_F16` or `SRC_BF16`)
+    /// widened to f32.
     ///
     /// # Safety
     /// AVX2 and F16C available; 8 elements readable at `j`.
