@@ -486,3 +486,74 @@ fn fp16_one_to_one_channel_convolutions_accumulate_in_fp16() {
         assert_eq!(got[0].values_f64(), vec![want; out], "{out} output channel(s): {:?}", program.summary.node_counts);
     }
 }
+
+/// Behaviour 10, the probe of finding 23: a qs8 mean of a constant row `q` sums it in 32
+/// int16 lanes, one pair of elements per lane per 64, widened every 16,384 elements; a lane
+/// past 128 pairs wraps. `(input scale, zero point)` as a real quantizer gives them.
+#[test]
+fn qs8_mean_rows_past_8192_elements_wrap() {
+    if xnnpack::for_test("qs8_mean_rows_past_8192_elements_wrap").is_none() {
+        return;
+    }
+    use harness::oracle::behaviours::qs8_wrapping_rows;
+    let (si, zi, so, zo) = (0.016345099f32, 98, 0.023670588f32, 27);
+    let graph = |shape: &[usize], dims: &[i64]| {
+        let g = GraphBuilder::new();
+        let x = g.input("x", TensorSpec::f32(shape));
+        let m = g.mean(g.dequantize(g.quantize(x, si, zi), si, zi), dims, true);
+        let y = g.dequantize(g.quantize(m, so, zo), so, zo);
+        g.finish(&[y]).unwrap()
+    };
+    let wrap16 = |v: i64| (v + 32768).rem_euclid(65536) - 32768;
+    // The measured kernel's sum of a row of `n` elements `q`, and the mean's output code.
+    let xnn_sum = |q: i64, n: usize| {
+        let (blocks, rest) = (n / 16384, n % 16384);
+        let lanes = |len: usize| 32 * wrap16(2 * q * (len / 64) as i64) + q * (len % 64) as i64;
+        blocks as i64 * lanes(16384) + lanes(rest)
+    };
+    let code = |sum: i64, n: usize| {
+        let m = (sum - n as i64 * zi as i64) as f64 * si as f64 / (so as f64 * n as f64);
+        (m.round_ties_even() as i64 + zo as i64).clamp(-128, 127)
+    };
+    // x86 without AVX-512 runs the kernel measured here; others may assign lanes otherwise.
+    let measured_kernel = !cfg!(target_arch = "x86_64") || !std::is_x86_feature_detected!("avx512bw");
+    let xnn = engine::Xnnpack::new();
+    // (shape, dims, row length, q): rows of 8,192 and fewer never wrap, nor do reductions
+    // that keep the innermost dim (rdsum).
+    // The last field: the measured kernel wraps (8,255 elements of -128 give 128 pairs per
+    // lane, -32768 at most, and the tail of 63 its own lanes).
+    let probes: [(&[usize], &[i64], usize, i64, bool); 8] = [
+        (&[8192], &[0], 8192, -128, false),
+        (&[8255], &[0], 8255, -128, false),
+        (&[8256], &[0], 8256, -128, true),
+        (&[13341], &[0], 13341, -100, true),
+        (&[40000], &[0], 40000, 127, true),
+        (&[2, 1, 100, 100], &[1, 2, 3], 10000, -128, true),
+        (&[20000, 16], &[0], 0, -128, false),
+        (&[100, 100, 1], &[0, 1], 0, -128, false),
+    ];
+    for (shape, dims, row, q, wrapped) in probes {
+        let g = graph(shape, dims);
+        let program = engine::lower(&g, LoweringMode::StaticMean).unwrap();
+        let wraps = program.steps.iter().any(|s| matches!(s, Step::Delegate(d) if qs8_wrapping_rows(&d.graph)));
+        assert_eq!(wraps, row > 8192, "{shape:?} {dims:?}");
+        let n: usize = shape.iter().product();
+        let x = Tensor::from_f64(shape, ElemType::F32, None, &vec![(q - zi as i64) as f64 * si as f64; n]);
+        let exact = engine::reference(&g, std::slice::from_ref(&x), engine::Interpreter::Plain).unwrap();
+        let exact_code = (exact[0].values_f64()[0] / so as f64).round() as i64 + zo as i64;
+        let per_output = n / exact[0].numel();
+        assert_eq!(exact_code, code(q * per_output as i64, per_output), "{shape:?}: the exact mean");
+        for threads in [1, 2] {
+            let mut inst = xnn.build(Subject::lowered(&g, &program), Config::new(threads, Simd::Best)).unwrap();
+            let got = inst.run(std::slice::from_ref(&x)).unwrap();
+            let got: Vec<i64> =
+                got[0].values_f64().iter().map(|v| (v / so as f64).round() as i64 + zo as i64).collect();
+            let want = if row > 8192 && measured_kernel { code(xnn_sum(q, row), row) } else { exact_code };
+            assert!(
+                got.iter().all(|&c| c == want),
+                "{shape:?} {dims:?} q {q} at {threads} threads: {got:?}, want {want}"
+            );
+            assert_eq!(want != exact_code, wrapped && measured_kernel, "{shape:?}: the model wraps");
+        }
+    }
+}
