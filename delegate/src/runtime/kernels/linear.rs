@@ -32,6 +32,36 @@ fn to_k_by_n<T: Copy>(w: &[T], f: impl Fn(T) -> f32, k_by_n: bool, k: usize, n: 
     }
 }
 
+/// Bytes of `[N, K]` weight rows one pass over the rows of `x` reuses (in L1/L2 while the
+/// rows of `x` stream past): each weight row is then read from memory once per call, not once
+/// per row of `x`.
+const WEIGHT_BLOCK_BYTES: usize = 16 * 1024;
+
+/// Elements `first..first + out.len()` of the row-major `[m, n]` product of `x` (`[m, k]`)
+/// with the `[n, k]` weights `w`, without bias, each one [`simd::dot`]: a partial first row,
+/// the whole rows a block of weight rows at a time, then a partial last row.
+fn dots_in_place(isa: simd::Isa, out: &mut [f32], first: usize, x: &[f32], w: &[f32], n: usize, k: usize) {
+    if out.is_empty() || n == 0 {
+        return;
+    }
+    let (r0, c0) = (first / n, first % n);
+    let head = if c0 == 0 { 0 } else { (n - c0).min(out.len()) };
+    let (head_out, rest) = out.split_at_mut(head);
+    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], 1, &w[c0 * k..], head, k);
+    let r1 = if head > 0 { r0 + 1 } else { r0 };
+    let full = rest.len() / n;
+    let (rows, tail) = rest.split_at_mut(full * n);
+    let block = (WEIGHT_BLOCK_BYTES / (4 * k.max(1))).max(2);
+    if full > 0 {
+        for cb in (0..n).step_by(block) {
+            let cols = block.min(n - cb);
+            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], full, &w[cb * k..], cols, k);
+        }
+    }
+    let r2 = r1 + full;
+    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], usize::from(!tail.is_empty()), w, tail.len(), k);
+}
+
 /// The weights as the kernel reads them.
 enum Weights<'a> {
     /// `[K, N]` with rows of `ld >= N` (padded).
@@ -103,10 +133,11 @@ pub fn fully_connected(
             match &weights {
                 Weights::KByN(wt, d) => simd::gemm_rows(isa, chunk, start, xf, wt, *d, bf),
                 Weights::NByK(wf) => {
-                    for (i, d) in chunk.iter_mut().enumerate() {
-                        let (r, c) = ((start + i) / n, (start + i) % n);
-                        let v = simd::dot(isa, &xf[r * k..(r + 1) * k], &wf[c * k..(c + 1) * k]);
-                        *d = v + bf.map_or(0.0, |b| b[c]);
+                    dots_in_place(isa, chunk, start, xf, wf, n, k);
+                    if let Some(b) = bf {
+                        for (i, d) in chunk.iter_mut().enumerate() {
+                            *d += b[(start + i) % n];
+                        }
                     }
                 }
             }
@@ -149,6 +180,8 @@ mod tests {
             (3, 5, 17),
             (9, 4, 33),
             (3, 130, 130),
+            // Past SMALL_WEIGHTS: weight blocks of 27 rows (27 + 27 + 16), odd rows, k % 16 != 0.
+            (5, 300, 70),
         ] {
             let x = values(m * k, (m * 31 + k) as u64);
             let w = values(n * k, (n * 17 + k) as u64);
@@ -187,6 +220,10 @@ mod tests {
                                     }
                                     assert_eq!(got.to_bits(), s.to_bits(), "{what}");
                                 } else {
+                                    // Each output is one `dot` (tiles and blocks change only the
+                                    // order in which outputs are computed).
+                                    let dot = simd::dot(isa, &x[r * k..(r + 1) * k], &w[c * k..(c + 1) * k]);
+                                    assert_eq!(got.to_bits(), (dot + b[c]).to_bits(), "{what}");
                                     let terms = (0..k).map(|j| x[r * k + j] as f64 * w[c * k + j] as f64);
                                     let (s, mag) =
                                         terms.fold((b[c] as f64, b[c].abs() as f64), |(s, a), t| (s + t, a + t.abs()));

@@ -31,7 +31,7 @@ pub use mean::{
     col_sums_f32, col_sums_i8, row_sums_f32, row_sums_half, row_sums_i8, sum_rows_f32, sum_rows_i8, Half, Rows, Term,
 };
 pub use product::{
-    conv_windows_f32, conv_windows_qs8, dot, gemm_rows, mul_acc, requantize, window_f32, window_qs8, Gemm, Lane,
-    Requant, Start, Window,
+    conv_windows_f32, conv_windows_qs8, dot, dot_tile, gemm_rows, mul_acc, requantize, window_f32, window_qs8, Gemm,
+    Lane, Requant, Start, Window,
 };
 pub use transpose::transpose_block_f32;

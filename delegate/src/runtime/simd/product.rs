@@ -4,6 +4,19 @@
 use super::isa::{multiversion, Isa};
 use crate::runtime::kernels::conv::ConvGeom;
 
+/// The end of a [`dot`]: the remainder's products in order, then the 16 lanes in order.
+#[inline(always)]
+fn dot_finish(acc: &[f32; 16], a: &[f32], b: &[f32]) -> f32 {
+    let mut s = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    for v in acc {
+        s += v;
+    }
+    s
+}
+
 multiversion! {
     /// Dot product with 16 independent accumulators.
     pub fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -17,14 +30,84 @@ multiversion! {
                 acc[j] += ca[j] * cb[j];
             }
         }
-        let mut s = 0f32;
-        for (x, y) in ia.remainder().iter().zip(ib.remainder()) {
-            s += x * y;
+        dot_finish(&acc, ia.remainder(), ib.remainder())
+    }
+}
+
+/// `acc[j] += x[j] * w[j]` over one chunk of 16.
+#[inline(always)]
+fn lanes(acc: &mut [f32; 16], x: &[f32], w: &[f32]) {
+    let (x, w) = (&x[..16], &w[..16]);
+    for j in 0..16 {
+        acc[j] += x[j] * w[j];
+    }
+}
+
+/// `[dot(a, b0), dot(a, b1)]`: each chunk of `a` loaded once for both.
+#[inline(always)]
+fn dot_1x2(a: &[f32], b0: &[f32], b1: &[f32], k: usize) -> [f32; 2] {
+    let (a, b0, b1) = (&a[..k], &b0[..k], &b1[..k]);
+    let (mut s0, mut s1) = ([0f32; 16], [0f32; 16]);
+    let full = k / 16 * 16;
+    for ((ca, c0), c1) in a[..full].chunks_exact(16).zip(b0[..full].chunks_exact(16)).zip(b1[..full].chunks_exact(16)) {
+        lanes(&mut s0, ca, c0);
+        lanes(&mut s1, ca, c1);
+    }
+    [dot_finish(&s0, &a[full..], &b0[full..]), dot_finish(&s1, &a[full..], &b1[full..])]
+}
+
+/// The four [`dot`]s of rows `a0, a1` with `b0, b1`: each chunk loaded once for two products.
+#[inline(always)]
+fn dot_2x2(a0: &[f32], a1: &[f32], b0: &[f32], b1: &[f32], k: usize) -> [[f32; 2]; 2] {
+    let (a0, a1, b0, b1) = (&a0[..k], &a1[..k], &b0[..k], &b1[..k]);
+    let (mut s00, mut s01, mut s10, mut s11) = ([0f32; 16], [0f32; 16], [0f32; 16], [0f32; 16]);
+    let full = k / 16 * 16;
+    let rows = a0[..full].chunks_exact(16).zip(a1[..full].chunks_exact(16));
+    let cols = b0[..full].chunks_exact(16).zip(b1[..full].chunks_exact(16));
+    for ((x0, x1), (w0, w1)) in rows.zip(cols) {
+        lanes(&mut s00, x0, w0);
+        lanes(&mut s01, x0, w1);
+        lanes(&mut s10, x1, w0);
+        lanes(&mut s11, x1, w1);
+    }
+    let f = |s: &[f32; 16], x: &[f32], w: &[f32]| dot_finish(s, &x[full..], &w[full..]);
+    [[f(&s00, a0, b0), f(&s01, a0, b1)], [f(&s10, a1, b0), f(&s11, a1, b1)]]
+}
+
+multiversion! {
+    /// `out[i * ldo + j] = dot(x[i * k..][..k], w[j * k..][..k])` for `i < rows`, `j < cols`,
+    /// each bit for bit [`dot`]'s sum, two rows by two columns at a time (a linear's outputs
+    /// with its `[N, K]` weights read in place: half the loads of one dot at a time).
+    pub fn dot_tile(out: &mut [f32], ldo: usize, x: &[f32], rows: usize, w: &[f32], cols: usize, k: usize) {
+        let xr = |i: usize| &x[i * k..(i + 1) * k];
+        let wr = |j: usize| &w[j * k..(j + 1) * k];
+        let mut i = 0;
+        while i < rows {
+            let mut j = 0;
+            if i + 1 < rows {
+                while j + 1 < cols {
+                    let v = dot_2x2(xr(i), xr(i + 1), wr(j), wr(j + 1), k);
+                    out[i * ldo + j..i * ldo + j + 2].copy_from_slice(&v[0]);
+                    out[(i + 1) * ldo + j..(i + 1) * ldo + j + 2].copy_from_slice(&v[1]);
+                    j += 2;
+                }
+                if j < cols {
+                    // Products commute: dot(w, x) has dot(x, w)'s bits.
+                    [out[i * ldo + j], out[(i + 1) * ldo + j]] = dot_1x2(wr(j), xr(i), xr(i + 1), k);
+                }
+                i += 2;
+            } else {
+                while j + 1 < cols {
+                    let v = dot_1x2(xr(i), wr(j), wr(j + 1), k);
+                    out[i * ldo + j..i * ldo + j + 2].copy_from_slice(&v);
+                    j += 2;
+                }
+                if j < cols {
+                    out[i * ldo + j] = dot_1x2(xr(i), wr(j), wr(j), k)[0];
+                }
+                i += 1;
+            }
         }
-        for v in acc {
-            s += v;
-        }
-        s
     }
 }
 
