@@ -522,7 +522,8 @@ fn qs8_mean_rows_past_8192_elements_wrap() {
     // that keep the innermost dim (rdsum).
     // The last field: the measured kernel wraps (8,255 elements of -128 give 128 pairs per
     // lane, -32768 at most, and the tail of 63 its own lanes).
-    let probes: [(&[usize], &[i64], usize, i64, bool); 8] = [
+    type Probe = (&'static [usize], &'static [i64], usize, i64, bool);
+    let probes: [Probe; 8] = [
         (&[8192], &[0], 8192, -128, false),
         (&[8255], &[0], 8255, -128, false),
         (&[8256], &[0], 8256, -128, true),

@@ -120,21 +120,21 @@
 //!    comparison's tolerance decides like any other value (a model never widens it).
 //!
 //! 10. **qs8 means over long rows wrap in int16.** XNNPACK's qs8 mean sums a row of the
-//!    innermost (merged) reduced dims with its `qs8_rsum` kernel, which adds pairs of int8s
-//!    into 32 int16 lanes (one pair per lane per 64 elements) and widens them to int32 only
-//!    every 16,384 elements: a lane past 128 pairs can leave the int16 range and wrap.
-//!    Probed (AMD EPYC Zen 3, AVX2) with constant inputs: a row of 8,256 elements of -128 (129
-//!    pairs of -256 per lane) gives a mean of +45 steps above the zero point instead of -128;
-//!    8,255 and fewer are exact; the model `S = 32 wrap16(2 q floor(r / 64)) + q (r mod 64)`
-//!    per 16,384-element block `r` matches 80 of 80 probes from 8,193 to 70,000 elements
-//!    (`qs8_mean_rows_past_8192_elements_wrap`). A row is the product of the trailing run of
-//!    reduced dims, as `xnn_normalize_reduction` merges them: `[13341]` over its dim, `[3, 15,
-//!    18, 16]` over all (12,960), `[2, 1, 100, 100]` over dims 1 to 3. A non-innermost reduction
-//!    (its `rdsum` kernel) and global average pooling do not wrap (probed to 20,000 rows).
-//!    Which elements share a lane depends on the kernel this CPU gets, so the value is not
-//!    modelled: [`qs8_wrapping_rows`] finds such a payload, and a difference there is a skip
-//!    with that reason, counted, never a pass; a matching output still passes (campaign seed
-//!    20261216: four qs8 `mean` cases, `xnnpack-qs8-mean-long-row-*.json`; finding 23).
+//!     innermost (merged) reduced dims with its `qs8_rsum` kernel, which adds pairs of int8s
+//!     into 32 int16 lanes (one pair per lane per 64 elements) and widens them to int32 only
+//!     every 16,384 elements: a lane past 128 pairs can leave the int16 range and wrap.
+//!     Probed (AMD EPYC Zen 3, AVX2) with constant inputs: a row of 8,256 elements of -128 (129
+//!     pairs of -256 per lane) gives a mean of +45 steps above the zero point instead of -128;
+//!     8,255 and fewer are exact; the model `S = 32 wrap16(2 q floor(r / 64)) + q (r mod 64)`
+//!     per 16,384-element block `r` matches 80 of 80 probes from 8,193 to 70,000 elements
+//!     (`qs8_mean_rows_past_8192_elements_wrap`). A row is the product of the trailing run of
+//!     reduced dims, as `xnn_normalize_reduction` merges them: `[13341]` over its dim, `[3, 15,
+//!     18, 16]` over all (12,960), `[2, 1, 100, 100]` over dims 1 to 3. A non-innermost reduction
+//!     (its `rdsum` kernel) and global average pooling do not wrap (probed to 20,000 rows).
+//!     Which elements share a lane depends on the kernel this CPU gets, so the value is not
+//!     modelled: [`qs8_wrapping_rows`] finds such a payload, and a difference there is a skip
+//!     with that reason, counted, never a pass; a matching output still passes (campaign seed
+//!     20261216: four qs8 `mean` cases, `xnnpack-qs8-mean-long-row-*.json`; finding 23).
 //!
 //! An output passes against a model only within the same derived tolerance as against the
 //! reference (for 4, half a step of the exact value), so a dropped element or a wrong divisor

@@ -47,7 +47,7 @@ fn dots_in_place(isa: simd::Isa, out: &mut [f32], first: usize, x: &[f32], w: &[
     let (r0, c0) = (first / n, first % n);
     let head = if c0 == 0 { 0 } else { (n - c0).min(out.len()) };
     let (head_out, rest) = out.split_at_mut(head);
-    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], 1, &w[c0 * k..], head, k);
+    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], &w[c0 * k..], (1, head, k));
     let r1 = if head > 0 { r0 + 1 } else { r0 };
     let full = rest.len() / n;
     let (rows, tail) = rest.split_at_mut(full * n);
@@ -55,11 +55,11 @@ fn dots_in_place(isa: simd::Isa, out: &mut [f32], first: usize, x: &[f32], w: &[
     if full > 0 {
         for cb in (0..n).step_by(block) {
             let cols = block.min(n - cb);
-            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], full, &w[cb * k..], cols, k);
+            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], &w[cb * k..], (full, cols, k));
         }
     }
     let r2 = r1 + full;
-    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], usize::from(!tail.is_empty()), w, tail.len(), k);
+    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], w, (usize::from(!tail.is_empty()), tail.len(), k));
 }
 
 /// The weights as the kernel reads them.

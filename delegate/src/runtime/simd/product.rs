@@ -75,10 +75,12 @@ fn dot_2x2(a0: &[f32], a1: &[f32], b0: &[f32], b1: &[f32], k: usize) -> [[f32; 2
 }
 
 multiversion! {
-    /// `out[i * ldo + j] = dot(x[i * k..][..k], w[j * k..][..k])` for `i < rows`, `j < cols`,
+    /// `out[i * ldo + j] = dot(x[i * k..][..k], w[j * k..][..k])` for `i < rows`, `j < cols`
+    /// (`dims = (rows, cols, k)`),
     /// each bit for bit [`dot`]'s sum, two rows by two columns at a time (a linear's outputs
     /// with its `[N, K]` weights read in place: half the loads of one dot at a time).
-    pub fn dot_tile(out: &mut [f32], ldo: usize, x: &[f32], rows: usize, w: &[f32], cols: usize, k: usize) {
+    pub fn dot_tile(out: &mut [f32], ldo: usize, x: &[f32], w: &[f32], dims: (usize, usize, usize)) {
+        let (rows, cols, k) = dims;
         let xr = |i: usize| &x[i * k..(i + 1) * k];
         let wr = |j: usize| &w[j * k..(j + 1) * k];
         let mut i = 0;
