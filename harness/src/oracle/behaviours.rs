@@ -238,15 +238,10 @@ pub fn qs8_wrapping_rows(g: &delegate::xnn::XnnGraph) -> bool {
         let Some(v) = g.values.iter().find(|v| v.id_out == *input_id && v.datatype == XnnDatatype::Qint8) else {
             return false;
         };
-        // The trailing run of reduced dims: a row only if the last dim is reduced.
-        let mut row = 1usize;
-        for d in (0..v.dims.len()).rev() {
-            if !reduction_axes.contains(&(d as u32)) {
-                break;
-            }
-            row = row.saturating_mul(v.dims[d] as usize);
-        }
-        reduction_axes.contains(&(v.dims.len().saturating_sub(1) as u32)) && row > QS8_EXACT_ROW
+        // The trailing run of reduced dims (none, a row of 1, when the last dim is kept).
+        let reduced = |d: &usize| reduction_axes.contains(&(*d as u32));
+        let row = (0..v.dims.len()).rev().take_while(reduced).fold(1usize, |r, d| r.saturating_mul(v.dims[d] as usize));
+        row > QS8_EXACT_ROW
     })
 }
 

@@ -17,20 +17,26 @@ fn dot_finish(acc: &[f32; 16], a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// Dot product with 16 independent accumulators.
+#[inline(always)]
+fn dot_body(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 16];
+    let mut ia = a.chunks_exact(16);
+    let mut ib = b.chunks_exact(16);
+    for (ca, cb) in (&mut ia).zip(&mut ib) {
+        for j in 0..16 {
+            acc[j] += ca[j] * cb[j];
+        }
+    }
+    dot_finish(&acc, ia.remainder(), ib.remainder())
+}
+
 multiversion! {
     /// Dot product with 16 independent accumulators.
     pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[..n], &b[..n]);
-        let mut acc = [0f32; 16];
-        let mut ia = a.chunks_exact(16);
-        let mut ib = b.chunks_exact(16);
-        for (ca, cb) in (&mut ia).zip(&mut ib) {
-            for j in 0..16 {
-                acc[j] += ca[j] * cb[j];
-            }
-        }
-        dot_finish(&acc, ia.remainder(), ib.remainder())
+        dot_body(a, b)
     }
 }
 
@@ -75,10 +81,10 @@ fn dot_2x2(a0: &[f32], a1: &[f32], b0: &[f32], b1: &[f32], k: usize) -> [[f32; 2
 }
 
 multiversion! {
-    /// `out[i * ldo + j] = dot(x[i * k..][..k], w[j * k..][..k])` for `i < rows`, `j < cols`
-    /// (`dims = (rows, cols, k)`),
-    /// each bit for bit [`dot`]'s sum, two rows by two columns at a time (a linear's outputs
-    /// with its `[N, K]` weights read in place: half the loads of one dot at a time).
+    /// `out[i * ldo + j] = dot(x[i * k..][..k], w[j * k..][..k])` for `i < rows`, `j < cols`,
+    /// `dims = (rows, cols, k)`: each bit for bit [`dot`]'s sum, two rows by two columns at a
+    /// time (a linear's outputs with its `[N, K]` weights read in place: half the loads of one
+    /// dot at a time).
     pub fn dot_tile(out: &mut [f32], ldo: usize, x: &[f32], w: &[f32], dims: (usize, usize, usize)) {
         let (rows, cols, k) = dims;
         let xr = |i: usize| &x[i * k..(i + 1) * k];
@@ -105,7 +111,7 @@ multiversion! {
                     j += 2;
                 }
                 if j < cols {
-                    out[i * ldo + j] = dot_1x2(xr(i), wr(j), wr(j), k)[0];
+                    out[i * ldo + j] = dot_body(xr(i), wr(j));
                 }
                 i += 1;
             }
