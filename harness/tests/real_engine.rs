@@ -495,7 +495,7 @@ fn qs8_mean_rows_past_8192_elements_wrap() {
     if xnnpack::for_test("qs8_mean_rows_past_8192_elements_wrap").is_none() {
         return;
     }
-    use harness::oracle::behaviours::qs8_wrapping_rows;
+    use harness::oracle::behaviours::{qs8_wrapping_rows, QS8_EXACT_ROW};
     let (si, zi, so, zo) = (0.016345099f32, 98, 0.023670588f32, 27);
     let graph = |shape: &[usize], dims: &[i64]| {
         let g = GraphBuilder::new();
@@ -511,6 +511,7 @@ fn qs8_mean_rows_past_8192_elements_wrap() {
         let lanes = |len: usize| 32 * wrap16(2 * q * (len / 64) as i64) + q * (len % 64) as i64;
         blocks as i64 * lanes(16384) + lanes(rest)
     };
+    let to_code = |v: f64| (v / so as f64).round() as i64 + zo as i64;
     let code = |sum: i64, n: usize| {
         let m = (sum - n as i64 * zi as i64) as f64 * si as f64 / (so as f64 * n as f64);
         (m.round_ties_even() as i64 + zo as i64).clamp(-128, 127)
@@ -518,10 +519,9 @@ fn qs8_mean_rows_past_8192_elements_wrap() {
     // x86 without AVX-512 runs the kernel measured here; others may assign lanes otherwise.
     let measured_kernel = !cfg!(target_arch = "x86_64") || !std::is_x86_feature_detected!("avx512bw");
     let xnn = engine::Xnnpack::new();
-    // (shape, dims, row length, q): rows of 8,192 and fewer never wrap, nor do reductions
-    // that keep the innermost dim (rdsum).
-    // The last field: the measured kernel wraps (8,255 elements of -128 give 128 pairs per
-    // lane, -32768 at most, and the tail of 63 its own lanes).
+    // (shape, dims, row length, q, the measured kernel wraps): rows of 8,192 and fewer never
+    // wrap, nor do reductions that keep the innermost dim (rdsum, row 0); 8,255 elements of
+    // -128 are flagged but fit (128 pairs per lane, -32768 at most, the tail of 63 its own lanes).
     type Probe = (&'static [usize], &'static [i64], usize, i64, bool);
     let probes: [Probe; 8] = [
         (&[8192], &[0], 8192, -128, false),
@@ -537,19 +537,18 @@ fn qs8_mean_rows_past_8192_elements_wrap() {
         let g = graph(shape, dims);
         let program = engine::lower(&g, LoweringMode::StaticMean).unwrap();
         let wraps = program.steps.iter().any(|s| matches!(s, Step::Delegate(d) if qs8_wrapping_rows(&d.graph)));
-        assert_eq!(wraps, row > 8192, "{shape:?} {dims:?}");
+        assert_eq!(wraps, row > QS8_EXACT_ROW, "{shape:?} {dims:?}");
         let n: usize = shape.iter().product();
         let x = Tensor::from_f64(shape, ElemType::F32, None, &vec![(q - zi as i64) as f64 * si as f64; n]);
         let exact = engine::reference(&g, std::slice::from_ref(&x), engine::Interpreter::Plain).unwrap();
-        let exact_code = (exact[0].values_f64()[0] / so as f64).round() as i64 + zo as i64;
+        let exact_code = to_code(exact[0].values_f64()[0]);
         let per_output = n / exact[0].numel();
         assert_eq!(exact_code, code(q * per_output as i64, per_output), "{shape:?}: the exact mean");
         for threads in [1, 2] {
             let mut inst = xnn.build(Subject::lowered(&g, &program), Config::new(threads, Simd::Best)).unwrap();
             let got = inst.run(std::slice::from_ref(&x)).unwrap();
-            let got: Vec<i64> =
-                got[0].values_f64().iter().map(|v| (v / so as f64).round() as i64 + zo as i64).collect();
-            let want = if row > 8192 && measured_kernel { code(xnn_sum(q, row), row) } else { exact_code };
+            let got: Vec<i64> = got[0].values_f64().into_iter().map(to_code).collect();
+            let want = if row > QS8_EXACT_ROW && measured_kernel { code(xnn_sum(q, row), row) } else { exact_code };
             assert!(
                 got.iter().all(|&c| c == want),
                 "{shape:?} {dims:?} q {q} at {threads} threads: {got:?}, want {want}"
