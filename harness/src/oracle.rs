@@ -280,6 +280,21 @@ impl CheckOptions {
         }
     }
 
+    /// [`CheckOptions::sampled`] for `case`: a large one (an input above the pool's inline
+    /// threshold, see `GenConfig::large_bytes`) exists to reach the cost model's splits, so
+    /// its rotating configuration is always N threads on the SIMD path. The fallback path's
+    /// per-element code is the same at every size and the small cases run it; on a large
+    /// fp16 input it took 5 to 15 ms a run, most of a large case's time.
+    pub fn sized_for(mut self, case: &Case) -> CheckOptions {
+        let bytes = case.numel().saturating_mul(case.dtype.size_bytes());
+        if bytes > delegate::runtime::pool::INLINE_BYTES {
+            for c in self.configs.iter_mut().filter(|c| c.2.is_some()) {
+                (c.0, c.1) = (0, Simd::Best);
+            }
+        }
+        self
+    }
+
     /// The case's thread counts above 1 that "each count above 1" stands for.
     pub fn multi_threads(&self, threads: &[usize]) -> Vec<usize> {
         let above: Vec<usize> = threads.iter().copied().filter(|&t| t > 1).collect();

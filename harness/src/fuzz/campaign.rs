@@ -140,11 +140,11 @@ pub fn check_caught(case: &Case, opts: &CheckOptions) -> CaseReport {
 /// The check options the fuzz loop uses for case `index` (see [`CheckOptions::sampled`]),
 /// or the full matrix; either way with the fast reference (a failure is then checked again
 /// with the plain one, see `handle_failure`), and without real XNNPACK under `--no-xnnpack`.
-fn loop_options(c: &Campaign, index: u64) -> CheckOptions {
+fn loop_options(c: &Campaign, index: u64, case: &Case) -> CheckOptions {
     let mut o = if c.full_matrix {
         CheckOptions { reference: engine::Interpreter::Fast, ..CheckOptions::default() }
     } else {
-        CheckOptions::sampled(index)
+        CheckOptions::sampled(index).sized_for(case)
     };
     if !c.xnnpack {
         o.xnnpack = None;
@@ -281,7 +281,7 @@ fn worker(c: &Campaign, sh: &Shared, bar: Option<&ProgressBar>, id: usize) {
         if let Some(f) = &mut in_flight {
             f.record(&case, this, c.seed);
         }
-        let report = check_caught(&case, &loop_options(c, this));
+        let report = check_caught(&case, &loop_options(c, this, &case));
         if let Some(w) = &watchdog {
             // Minimizing a failure runs many cases and may take longer than one case.
             w.clear();
