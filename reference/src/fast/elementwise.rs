@@ -3,9 +3,11 @@
 
 use super::round::tensor_from_f64;
 use super::walk::{for_each_offset2, values_f64};
-use crate::dtype::ElemType;
+use crate::dtype::{ElemType, MemoryFormat};
 use crate::graph::BinaryOp;
-use crate::tensor::{row_major_strides, Tensor};
+use crate::tensor::{row_major_strides, Tensor, TensorData};
+use half::slice::HalfFloatSliceExt;
+use half::vec::HalfFloatVecExt;
 
 /// Applies `f` to every value in f64 and rounds once to `dtype`.
 #[inline(never)]
@@ -24,8 +26,36 @@ pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], 
         (0..out_shape.len()).map(|k| if k < lead || t.shape[k - lead] == 1 { 0 } else { st[k - lead] }).collect()
     };
     let (sa, sb) = (strides(a), strides(b));
-    let (av, bv) = (values_f64(a), values_f64(b));
     let same = a.shape == out_shape && b.shape == out_shape;
+    // Float operands of the output's type: in f32. The f64 result of `+ - * /` on two
+    // values of a format of p bits, rounded to that format, is the f32 operation's result
+    // rounded to it: f64 and f32 have at least 2p + 2 bits for p = 24 and p = 11, 8
+    // respectively, so rounding twice gives the once-rounded value (Figueroa 1995), and a
+    // NaN operand propagates the same way. Bulk conversions, one loop per op.
+    let contiguous = a.format == MemoryFormat::Contiguous && b.format == MemoryFormat::Contiguous;
+    let in_f32 = |x: &[f32], y: &[f32]| match op {
+        BinaryOp::Add => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x + y),
+        BinaryOp::Sub => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x - y),
+        BinaryOp::Mul => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x * y),
+        BinaryOp::Div => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x / y),
+    };
+    let fast = match (&a.data, &b.data, dtype) {
+        _ if !contiguous => None,
+        (TensorData::F32(x), TensorData::F32(y), ElemType::F32) => Some(TensorData::F32(in_f32(x, y))),
+        (TensorData::F16(x), TensorData::F16(y), ElemType::F16) => {
+            let out = in_f32(&x.to_f32_vec(), &y.to_f32_vec());
+            Some(TensorData::F16(Vec::from_f32_slice(&out)))
+        }
+        (TensorData::Bf16(x), TensorData::Bf16(y), ElemType::Bf16) => {
+            let out = in_f32(&x.to_f32_vec(), &y.to_f32_vec());
+            Some(TensorData::Bf16(Vec::from_f32_slice(&out)))
+        }
+        _ => None,
+    };
+    if let Some(data) = fast {
+        return Tensor { shape: out_shape.to_vec(), format: MemoryFormat::Contiguous, quant: None, data };
+    }
+    let (av, bv) = (values_f64(a), values_f64(b));
     // One loop per op (generic `f`), so the op is not matched per element; operands of the
     // output's shape are simply zipped.
     let out = match op {
@@ -39,15 +69,15 @@ pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], 
 
 /// `f(a[i], b[j])` for every output element, `i` and `j` its offsets under `sa` and `sb`;
 /// `same`: both operands have the output's shape (their offsets are the element's index).
-fn broadcast(
+fn broadcast<T: Copy>(
     shape: &[usize],
     same: bool,
     sa: &[usize],
     sb: &[usize],
-    a: &[f64],
-    b: &[f64],
-    f: impl Fn(f64, f64) -> f64,
-) -> Vec<f64> {
+    a: &[T],
+    b: &[T],
+    f: impl Fn(T, T) -> T,
+) -> Vec<T> {
     if same {
         return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
     }
