@@ -16,6 +16,27 @@ pub(super) fn map(x: &Tensor, dtype: ElemType, f: impl Fn(f64) -> f64) -> Tensor
     tensor_from_f64(&x.shape, dtype, None, &v)
 }
 
+/// [`map`] in f32 for a square or a clamp of a contiguous float tensor of `dtype`: the
+/// square of an f32, fp16 or bf16 value is exact in f64 and in f32 for the halves (22 and 16
+/// bits) and a single f32 operation for f32, and a clamp selects a value, so rounding the
+/// f32 result once is the f64 path's one rounding. `None` for other inputs.
+pub(super) fn map_f32(x: &Tensor, dtype: ElemType, f: impl Fn(f32) -> f32) -> Option<Tensor> {
+    let data = match (&x.data, dtype) {
+        _ if x.format != MemoryFormat::Contiguous => return None,
+        (TensorData::F32(v), ElemType::F32) => TensorData::F32(v.iter().map(|&v| f(v)).collect()),
+        (TensorData::F16(v), ElemType::F16) => {
+            let out: Vec<f32> = v.to_f32_vec().into_iter().map(f).collect();
+            TensorData::F16(Vec::from_f32_slice(&out))
+        }
+        (TensorData::Bf16(v), ElemType::Bf16) => {
+            let out: Vec<f32> = v.to_f32_vec().into_iter().map(f).collect();
+            TensorData::Bf16(Vec::from_f32_slice(&out))
+        }
+        _ => return None,
+    };
+    Some(Tensor { shape: x.shape.clone(), format: MemoryFormat::Contiguous, quant: None, data })
+}
+
 /// Elementwise with numpy broadcasting (right-aligned; size-1 dims repeat).
 #[inline(never)]
 pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], dtype: ElemType) -> Tensor {

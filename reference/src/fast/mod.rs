@@ -133,11 +133,14 @@ fn eval_node<'a>(
         }
         Op::Conv2d(p) => Cow::Owned(conv::conv2d(ins[0], ins[1], ins.get(2).copied(), p, &shape, spec.dtype)),
         Op::Binary(op) => Cow::Owned(elementwise::binary(*op, ins[0], ins[1], &shape, spec.dtype)),
-        Op::Square => Cow::Owned(elementwise::map(ins[0], spec.dtype, |x| x * x)),
+        Op::Square => Cow::Owned(
+            elementwise::map_f32(ins[0], spec.dtype, |x| x * x)
+                .unwrap_or_else(|| elementwise::map(ins[0], spec.dtype, |x| x * x)),
+        ),
         Op::Rsqrt => Cow::Owned(elementwise::map(ins[0], spec.dtype, |x| 1.0 / x.sqrt())),
         Op::Clamp { min, max } => {
-            let (lo, hi) = (min.map(f64::from), max.map(f64::from));
-            Cow::Owned(elementwise::map(ins[0], spec.dtype, |x| {
+            // The same selection in f32 or f64 (the bounds are f32 values).
+            fn clamp<T: PartialOrd + Copy>(x: T, lo: Option<T>, hi: Option<T>) -> T {
                 let x = match lo {
                     Some(l) if x < l => l,
                     _ => x,
@@ -146,6 +149,11 @@ fn eval_node<'a>(
                     Some(h) if x > h => h,
                     _ => x,
                 }
+            }
+            let (lo, hi) = (*min, *max);
+            Cow::Owned(elementwise::map_f32(ins[0], spec.dtype, |x| clamp(x, lo, hi)).unwrap_or_else(|| {
+                let (lo, hi) = (lo.map(f64::from), hi.map(f64::from));
+                elementwise::map(ins[0], spec.dtype, |x| clamp(x, lo, hi))
             }))
         }
         Op::Linear => Cow::Owned(reduce::linear(ins[0], ins[1], ins.get(2).copied(), &shape, spec.dtype)),
