@@ -1,7 +1,8 @@
 //! Time of `oracle::check` per case of a campaign, split by size (large cases: input over
 //! the pool's inline threshold) and pattern, with the fuzz loop's sampled options.
 //!
-//! `cargo run --release -p harness --example case_cost -- SEED CASES [--no-xnnpack]`
+//! `cargo run --release -p harness --example case_cost -- SEED CASES [--no-xnnpack] [--small]
+//! [--only=large:gap]` (`--small`: no large cases; `--only`: one kind, each case printed).
 use harness::gen::{nth_case, GenConfig};
 use harness::oracle::{self, CheckOptions};
 use std::collections::BTreeMap;
@@ -14,7 +15,6 @@ fn main() {
     let n: u64 = a.next().and_then(|s| s.parse().ok()).expect("usage: case_cost SEED CASES [--no-xnnpack]");
     let rest: Vec<String> = a.collect();
     let xnn = !rest.iter().any(|s| s == "--no-xnnpack");
-    // `--only large:gap`: only the cases of that key (to profile them).
     let only = rest.iter().find_map(|s| s.strip_prefix("--only=").map(|s| s.replace(':', " ")));
     let cfg = if rest.iter().any(|s| s == "--small") {
         GenConfig { large_bytes: 0, ..GenConfig::default() }
@@ -25,8 +25,7 @@ fn main() {
     let t0 = Instant::now();
     for i in 0..n {
         let case = nth_case(seed, i, &cfg);
-        let large = case.numel().saturating_mul(case.dtype.size_bytes()) > delegate::runtime::pool::INLINE_BYTES;
-        let key = format!("{} {}", if large { "large" } else { "small" }, case.pattern.name());
+        let key = format!("{} {}", if oracle::large_case(&case) { "large" } else { "small" }, case.pattern.name());
         if only.as_ref().is_some_and(|o| *o != key) {
             continue;
         }

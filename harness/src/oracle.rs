@@ -286,8 +286,7 @@ impl CheckOptions {
     /// per-element code is the same at every size and the small cases run it; on a large
     /// fp16 input it took 5 to 15 ms a run, most of a large case's time.
     pub fn sized_for(mut self, case: &Case) -> CheckOptions {
-        let bytes = case.numel().saturating_mul(case.dtype.size_bytes());
-        if bytes > delegate::runtime::pool::INLINE_BYTES {
+        if large_case(case) {
             for c in self.configs.iter_mut().filter(|c| c.2.is_some()) {
                 (c.0, c.1) = (0, Simd::Best);
             }
@@ -321,6 +320,12 @@ impl CheckOptions {
         }
         out
     }
+}
+
+/// Whether `case`'s main input is above the pool's inline threshold, where the cost model
+/// splits work across threads (what `GenConfig::large_bytes` draws).
+pub fn large_case(case: &Case) -> bool {
+    case.numel().saturating_mul(case.dtype.size_bytes()) > delegate::runtime::pool::INLINE_BYTES
 }
 
 /// The fuzz loop's [`CheckOptions::operand_values_every`]; its cost is in `operand_order`.

@@ -8,6 +8,7 @@ use crate::graph::BinaryOp;
 use crate::tensor::{row_major_strides, Tensor, TensorData};
 use half::slice::HalfFloatSliceExt;
 use half::vec::HalfFloatVecExt;
+use std::borrow::Cow;
 
 /// Applies `f` to every value in f64 and rounds once to `dtype`.
 #[inline(never)]
@@ -21,20 +22,31 @@ pub(super) fn map(x: &Tensor, dtype: ElemType, f: impl Fn(f64) -> f64) -> Tensor
 /// bits) and a single f32 operation for f32, and a clamp selects a value, so rounding the
 /// f32 result once is the f64 path's one rounding. `None` for other inputs.
 pub(super) fn map_f32(x: &Tensor, dtype: ElemType, f: impl Fn(f32) -> f32) -> Option<Tensor> {
-    let data = match (&x.data, dtype) {
-        _ if x.format != MemoryFormat::Contiguous => return None,
-        (TensorData::F32(v), ElemType::F32) => TensorData::F32(v.iter().map(|&v| f(v)).collect()),
-        (TensorData::F16(v), ElemType::F16) => {
-            let out: Vec<f32> = v.to_f32_vec().into_iter().map(f).collect();
-            TensorData::F16(Vec::from_f32_slice(&out))
-        }
-        (TensorData::Bf16(v), ElemType::Bf16) => {
-            let out: Vec<f32> = v.to_f32_vec().into_iter().map(f).collect();
-            TensorData::Bf16(Vec::from_f32_slice(&out))
-        }
-        _ => return None,
+    let out = f32_values(x, dtype)?.iter().map(|&v| f(v)).collect();
+    Some(float_tensor(&x.shape, dtype, out))
+}
+
+/// The values of `t` in f32 when it is a contiguous float tensor of `dtype` (bulk-converted
+/// for the halves), else `None`.
+fn f32_values(t: &Tensor, dtype: ElemType) -> Option<Cow<'_, [f32]>> {
+    match (&t.data, dtype) {
+        _ if t.format != MemoryFormat::Contiguous => None,
+        (TensorData::F32(v), ElemType::F32) => Some(Cow::Borrowed(v)),
+        (TensorData::F16(v), ElemType::F16) => Some(Cow::Owned(v.to_f32_vec())),
+        (TensorData::Bf16(v), ElemType::Bf16) => Some(Cow::Owned(v.to_f32_vec())),
+        _ => None,
+    }
+}
+
+/// A contiguous tensor of float `dtype` from f32 values, each rounded once (bulk for the
+/// halves).
+fn float_tensor(shape: &[usize], dtype: ElemType, v: Vec<f32>) -> Tensor {
+    let data = match dtype {
+        ElemType::F16 => TensorData::F16(Vec::from_f32_slice(&v)),
+        ElemType::Bf16 => TensorData::Bf16(Vec::from_f32_slice(&v)),
+        _ => TensorData::F32(v),
     };
-    Some(Tensor { shape: x.shape.clone(), format: MemoryFormat::Contiguous, quant: None, data })
+    Tensor { shape: shape.to_vec(), format: MemoryFormat::Contiguous, quant: None, data }
 }
 
 /// Elementwise with numpy broadcasting (right-aligned; size-1 dims repeat).
@@ -53,28 +65,14 @@ pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out_shape: &[usize], 
     // rounded to it: f64 and f32 have at least 2p + 2 bits for p = 24 and p = 11, 8
     // respectively, so rounding twice gives the once-rounded value (Figueroa 1995), and a
     // NaN operand propagates the same way. Bulk conversions, one loop per op.
-    let contiguous = a.format == MemoryFormat::Contiguous && b.format == MemoryFormat::Contiguous;
-    let in_f32 = |x: &[f32], y: &[f32]| match op {
-        BinaryOp::Add => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x + y),
-        BinaryOp::Sub => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x - y),
-        BinaryOp::Mul => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x * y),
-        BinaryOp::Div => broadcast(out_shape, same, &sa, &sb, x, y, |x, y| x / y),
-    };
-    let fast = match (&a.data, &b.data, dtype) {
-        _ if !contiguous => None,
-        (TensorData::F32(x), TensorData::F32(y), ElemType::F32) => Some(TensorData::F32(in_f32(x, y))),
-        (TensorData::F16(x), TensorData::F16(y), ElemType::F16) => {
-            let out = in_f32(&x.to_f32_vec(), &y.to_f32_vec());
-            Some(TensorData::F16(Vec::from_f32_slice(&out)))
-        }
-        (TensorData::Bf16(x), TensorData::Bf16(y), ElemType::Bf16) => {
-            let out = in_f32(&x.to_f32_vec(), &y.to_f32_vec());
-            Some(TensorData::Bf16(Vec::from_f32_slice(&out)))
-        }
-        _ => None,
-    };
-    if let Some(data) = fast {
-        return Tensor { shape: out_shape.to_vec(), format: MemoryFormat::Contiguous, quant: None, data };
+    if let (Some(x), Some(y)) = (f32_values(a, dtype), f32_values(b, dtype)) {
+        let out = match op {
+            BinaryOp::Add => broadcast(out_shape, same, &sa, &sb, &x, &y, |x, y| x + y),
+            BinaryOp::Sub => broadcast(out_shape, same, &sa, &sb, &x, &y, |x, y| x - y),
+            BinaryOp::Mul => broadcast(out_shape, same, &sa, &sb, &x, &y, |x, y| x * y),
+            BinaryOp::Div => broadcast(out_shape, same, &sa, &sb, &x, &y, |x, y| x / y),
+        };
+        return float_tensor(out_shape, dtype, out);
     }
     let (av, bv) = (values_f64(a), values_f64(b));
     // One loop per op (generic `f`), so the op is not matched per element; operands of the
