@@ -2,7 +2,7 @@
 //! output shape run as one pass, each operand read once and the output written once, with
 //! the per-element arithmetic of the unfused kernels (so the same bits).
 
-use super::{with_f32_buf, Ctx, View, ViewMut};
+use super::{with_f32_tile, Ctx, View, ViewMut};
 use crate::runtime::simd::{self, ChainLayout, ChainStep, CHAIN_ARGS, CHAIN_RANK};
 
 /// The joint iteration space of a chain producing `out` from operands of `args` shapes
@@ -86,6 +86,12 @@ pub fn run_chain_narrow(
 ) -> Result<(), String> {
     let isa = ctx.isa;
     let n = out.len();
+    // An fp16 output's narrowing is the conversion the last node's `Round(F16)` makes, and
+    // rounding an fp16 value again changes nothing (NaN payloads included): that pass goes.
+    let steps = match (steps.split_last(), &out) {
+        (Some((ChainStep::Round(simd::Narrow::F16), rest)), ViewMut::F16(_)) => rest,
+        _ => steps,
+    };
     if dense.len() != args.len() || dense.iter().flatten().any(|d| d.len() != n || matches!(d, View::F32(_))) {
         return Err("fused chain: a dense operand is not an fp16/bf16 value of the output's size".into());
     }
@@ -125,7 +131,7 @@ pub fn run_chain_narrow(
     };
     let chunk = |start: usize, len: usize, store: &mut dyn FnMut(usize, &[f32])| {
         let tl = NARROW_TILE.min(len);
-        with_f32_buf((n_dense + 1) * tl, |buf| chunk_tiles(start, len, tl, buf, store))
+        with_f32_tile((n_dense + 1) * tl, |buf| chunk_tiles(start, len, tl, buf, store))
     };
     match out {
         ViewMut::F16(o) => ctx.par_chunks(o, bytes, 1024, false, |start, c| {

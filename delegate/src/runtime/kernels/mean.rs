@@ -11,7 +11,7 @@
 //! `m = in_scale * (1/n) / out_scale` in f32, XNNPACK's reference int32->int8 requantization.
 
 use super::convert::{from_f32, to_f32};
-use super::{sized_for_overwrite, strides, with_f32_buf, Ctx, Quant, Scratch, View, ViewMut};
+use super::{sized_for_overwrite, strides, with_f32_tile, Ctx, Quant, Scratch, View, ViewMut};
 use crate::runtime::pool::INLINE_BYTES;
 use crate::runtime::simd::{self, Rows, Term};
 use crate::runtime::ThreadPolicy;
@@ -290,7 +290,7 @@ fn square_rounded(isa: simd::Isa, to: simd::Narrow, x: &mut [f32]) {
 const TILE: usize = 4096;
 
 /// The mean of fp16/bf16 rows `[outputs, len]` (a last-dim mean) into `out` (f32, sized
-/// here), widening a tile of rows at a time into a stack buffer rather than the whole input
+/// here), widening a tile of rows at a time into the thread's work tile rather than the whole input
 /// into scratch: the same `row_sums_f32` on the same f32 values, so the same bits, without
 /// writing and rereading an f32 copy of the input (with `squares`, of the rounded squares of the
 /// input, see [`mean_of_squares_narrow`]). `None` where the layout is another one,
@@ -325,10 +325,10 @@ fn rows_f16_tiled(
     let o = sized_for_overwrite(out, n_out); // every output is written below
     ctx.par_chunks(o, x.len() * 4, 1, true, |start, chunk| {
         // Widened as loaded where the ISA has a kernel for it (same sums, same bits).
-        if squares.is_none() && simd::row_sums_half(isa, half, start * len, len, scale, chunk) {
+        if simd::row_sums_half(isa, half, start * len, len, scale, chunk, squares.is_some()) {
             return;
         }
-        with_f32_buf(chunk.len().min(per) * len, |buf| {
+        with_f32_tile(chunk.len().min(per) * len, |buf| {
             for (c, outs) in chunk.chunks_mut(per).enumerate() {
                 let n = outs.len() * len;
                 widen((start + c * per) * len, &mut buf[..n]);

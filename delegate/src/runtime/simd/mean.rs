@@ -206,12 +206,12 @@ fn row_sums<const SQ: bool>(isa: Isa, x: &[f32], base: usize, len: usize, scale:
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detection proven by `Isa`; `rows.check` bounds every row; writes stay in `out`.
         Level::Avx2 => unsafe {
-            x86::row_sums_avx2::<SQ, SRC_F32>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
+            x86::row_sums_avx2::<SQ, SRC_F32, false>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
         Level::Avx512 => unsafe {
-            x86::row_sums_avx512::<SQ, SRC_F32>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
+            x86::row_sums_avx512::<SQ, SRC_F32, false>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
         },
     }
     #[cfg(feature = "mutants")]
@@ -235,41 +235,51 @@ pub enum Half<'a> {
 
 /// [`row_sums_f32`] (`Term::Value`) of fp16/bf16 rows, each value widened as it is loaded:
 /// the same sums of the same f32 values in the same order, so the same bits as widening the
-/// rows first, without writing them. `false` (nothing done) on the scalar path.
-pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out: &mut [f32]) -> bool {
+/// rows first, without writing them. With `squares`, of fp16 values' squares each rounded to
+/// fp16 (a fused fp16 square and mean: the same bits as squaring, rounding and summing in
+/// three passes). `false` (nothing done) on the scalar path and for squares of bf16.
+pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out: &mut [f32], squares: bool) -> bool {
     let (ptr, n) = match x {
         Half::F16(h) => (h.as_ptr() as *const u8, h.len()),
         Half::Bf16(b) => (b.as_ptr() as *const u8, b.len()),
     };
     let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
     rows.check(n);
-    if isa.is_scalar() {
+    let f16 = matches!(x, Half::F16(_));
+    if isa.is_scalar() || (squares && !f16) {
         return false;
     }
     if len == 0 {
         out.fill(0.0);
         return true;
     }
-    let f16 = matches!(x, Half::F16(_));
-    match isa.level() {
-        Level::Scalar => return false,
+    match (isa.level(), f16, squares) {
+        (Level::Scalar, ..) => return false,
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a non-scalar `Isa` proves AVX2 and F16C; `rows.check` bounds every row.
-        Level::Avx2 => unsafe {
-            if f16 {
-                x86::row_sums_avx2::<false, SRC_F16>(ptr, base, len, scale, out, mut_drop_tail())
-            } else {
-                x86::row_sums_avx2::<false, SRC_BF16>(ptr, base, len, scale, out, mut_drop_tail())
-            }
+        // SAFETY (every arm): a non-scalar `Isa` proves AVX2 and F16C, an AVX-512 one also
+        // AVX-512F; `rows.check` bounds every row.
+        (Level::Avx2, true, false) => unsafe {
+            x86::row_sums_avx2::<false, SRC_F16, false>(ptr, base, len, scale, out, mut_drop_tail())
         },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above for AVX-512F.
-        Level::Avx512 => unsafe {
-            if f16 {
-                x86::row_sums_avx512::<false, SRC_F16>(ptr, base, len, scale, out, mut_drop_tail())
-            } else {
-                x86::row_sums_avx512::<false, SRC_BF16>(ptr, base, len, scale, out, mut_drop_tail())
-            }
+        (Level::Avx2, true, true) => unsafe {
+            x86::row_sums_avx2::<true, SRC_F16, true>(ptr, base, len, scale, out, mut_drop_tail())
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2, false, _) => unsafe {
+            x86::row_sums_avx2::<false, SRC_BF16, false>(ptr, base, len, scale, out, mut_drop_tail())
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, true, false) => unsafe {
+            x86::row_sums_avx512::<false, SRC_F16, false>(ptr, base, len, scale, out, mut_drop_tail())
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, true, true) => unsafe {
+            x86::row_sums_avx512::<true, SRC_F16, true>(ptr, base, len, scale, out, mut_drop_tail())
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, false, _) => unsafe {
+            x86::row_sums_avx512::<false, SRC_BF16, false>(ptr, base, len, scale, out, mut_drop_tail())
         },
     }
     #[cfg(feature = "mutants")]
@@ -340,6 +350,31 @@ mod x86 {
             _mm256_mul_ps(v, v)
         } else {
             v
+        }
+    }
+
+    /// [`t8`], then with `RF16` rounded to fp16 and back (nearest-even, as `round_to` rounds
+    /// a square node's fp16 output before the mean reads it).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn r8<const SQ: bool, const RF16: bool>(v: __m256) -> __m256 {
+        let t = t8::<SQ>(v);
+        if RF16 {
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(t))
+        } else {
+            t
+        }
+    }
+
+    /// [`r8`] for 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    fn r16<const SQ: bool, const RF16: bool>(v: __m512) -> __m512 {
+        let t = t16::<SQ>(v);
+        if RF16 {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(t))
+        } else {
+            t
         }
     }
 
@@ -530,7 +565,7 @@ mod x86 {
     /// AVX2 and F16C available; rows `base + r*len .. + len` for `r < out.len()` inside the
     /// allocation behind `x`, an array of `SRC`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn row_sums_avx2<const SQ: bool, const SRC: u8>(
+    pub unsafe fn row_sums_avx2<const SQ: bool, const SRC: u8, const RF16: bool>(
         x: *const u8,
         base: usize,
         len: usize,
@@ -550,18 +585,18 @@ mod x86 {
                     (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut j = 0;
                 while j + 32 <= len {
-                    a0 = _mm256_add_ps(a0, t8::<SQ>(ld8::<SRC>(x, p + j)));
-                    a1 = _mm256_add_ps(a1, t8::<SQ>(ld8::<SRC>(x, p + j + 8)));
-                    a2 = _mm256_add_ps(a2, t8::<SQ>(ld8::<SRC>(x, p + j + 16)));
-                    a3 = _mm256_add_ps(a3, t8::<SQ>(ld8::<SRC>(x, p + j + 24)));
+                    a0 = _mm256_add_ps(a0, r8::<SQ, RF16>(ld8::<SRC>(x, p + j)));
+                    a1 = _mm256_add_ps(a1, r8::<SQ, RF16>(ld8::<SRC>(x, p + j + 8)));
+                    a2 = _mm256_add_ps(a2, r8::<SQ, RF16>(ld8::<SRC>(x, p + j + 16)));
+                    a3 = _mm256_add_ps(a3, r8::<SQ, RF16>(ld8::<SRC>(x, p + j + 24)));
                     j += 32;
                 }
                 while j + 8 <= len {
-                    a1 = _mm256_add_ps(a1, t8::<SQ>(ld8::<SRC>(x, p + j)));
+                    a1 = _mm256_add_ps(a1, r8::<SQ, RF16>(ld8::<SRC>(x, p + j)));
                     j += 8;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm256_add_ps(a2, t8::<SQ>(ld8_tail::<SRC>(x, p + j, tail, m)));
+                    a2 = _mm256_add_ps(a2, r8::<SQ, RF16>(ld8_tail::<SRC>(x, p + j, tail, m)));
                 }
                 let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
                 let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
@@ -614,7 +649,7 @@ mod x86 {
     /// AVX-512F and F16C available; rows `base + r*len .. + len` for `r < out.len()` inside the
     /// allocation behind `x`, an array of `SRC`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub unsafe fn row_sums_avx512<const SQ: bool, const SRC: u8>(
+    pub unsafe fn row_sums_avx512<const SQ: bool, const SRC: u8, const RF16: bool>(
         x: *const u8,
         base: usize,
         len: usize,
@@ -632,18 +667,18 @@ mod x86 {
                     (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
                 let mut j = 0;
                 while j + 64 <= len {
-                    a0 = _mm512_add_ps(a0, t16::<SQ>(ld16::<SRC>(x, p + j)));
-                    a1 = _mm512_add_ps(a1, t16::<SQ>(ld16::<SRC>(x, p + j + 16)));
-                    a2 = _mm512_add_ps(a2, t16::<SQ>(ld16::<SRC>(x, p + j + 32)));
-                    a3 = _mm512_add_ps(a3, t16::<SQ>(ld16::<SRC>(x, p + j + 48)));
+                    a0 = _mm512_add_ps(a0, r16::<SQ, RF16>(ld16::<SRC>(x, p + j)));
+                    a1 = _mm512_add_ps(a1, r16::<SQ, RF16>(ld16::<SRC>(x, p + j + 16)));
+                    a2 = _mm512_add_ps(a2, r16::<SQ, RF16>(ld16::<SRC>(x, p + j + 32)));
+                    a3 = _mm512_add_ps(a3, r16::<SQ, RF16>(ld16::<SRC>(x, p + j + 48)));
                     j += 64;
                 }
                 while j + 16 <= len {
-                    a1 = _mm512_add_ps(a1, t16::<SQ>(ld16::<SRC>(x, p + j)));
+                    a1 = _mm512_add_ps(a1, r16::<SQ, RF16>(ld16::<SRC>(x, p + j)));
                     j += 16;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm512_add_ps(a2, t16::<SQ>(ld16_tail::<SRC>(x, p + j, tail, m)));
+                    a2 = _mm512_add_ps(a2, r16::<SQ, RF16>(ld16_tail::<SRC>(x, p + j, tail, m)));
                 }
                 *o = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) * scale;
             }
@@ -910,6 +945,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn half_row_sums_are_the_widened_rows_sums_bit_for_bit() {
+        // Values whose squares round in fp16, overflow it (300^2 > 65504) or fall subnormal.
+        let x: Vec<half::f16> = (0..3000)
+            .map(|i| half::f16::from_f32(((i * 7919 % 613) as f32 - 306.0) * if i % 5 == 0 { 1e-3 } else { 0.37 }))
+            .collect();
+        let b: Vec<half::bf16> = x.iter().map(|v| half::bf16::from_f32(v.to_f32())).collect();
+        let b16 = crate::runtime::simd::bf16_bits(&b);
+        for len in [1, 7, 8, 9, 31, 32, 33, 64, 100, 257] {
+            for isa in available_isas() {
+                let (base, rows) = (5, 3);
+                let mut wide: Vec<f32> = x[base..base + rows * len].iter().map(|v| v.to_f32()).collect();
+                let mut want = vec![0f32; rows];
+                row_sums_f32(isa, &wide, 0, len, 0.5, &mut want, Term::Value);
+                let mut got = vec![f32::NAN; rows];
+                if row_sums_half(isa, Half::F16(&x), base, len, 0.5, &mut got, false) {
+                    assert_eq!(bits(&got), bits(&want), "{} len {len}", isa.name());
+                }
+                // Squares rounded to fp16, then summed: the unfused square and mean.
+                for v in wide.iter_mut() {
+                    *v = half::f16::from_f32(*v * *v).to_f32();
+                }
+                row_sums_f32(isa, &wide, 0, len, 0.5, &mut want, Term::Value);
+                let mut got = vec![f32::NAN; rows];
+                let done = row_sums_half(isa, Half::F16(&x), base, len, 0.5, &mut got, true);
+                assert_eq!(done, !isa.is_scalar(), "{}", isa.name());
+                if done {
+                    assert_eq!(bits(&got), bits(&want), "{} len {len} squares", isa.name());
+                }
+                // bf16 squares are not fused here (the caller's tiled path squares them).
+                assert!(!row_sums_half(isa, Half::Bf16(b16), base, len, 0.5, &mut got, true));
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|v| v.to_bits()).collect()
     }
 
     #[test]
