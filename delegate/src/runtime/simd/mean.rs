@@ -253,33 +253,26 @@ pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out
         out.fill(0.0);
         return true;
     }
-    match (isa.level(), f16, squares) {
-        (Level::Scalar, ..) => return false,
+    let drop = mut_drop_tail();
+    match isa.level() {
+        Level::Scalar => return false,
         #[cfg(target_arch = "x86_64")]
-        // SAFETY (every arm): a non-scalar `Isa` proves AVX2 and F16C, an AVX-512 one also
-        // AVX-512F; `rows.check` bounds every row.
-        (Level::Avx2, true, false) => unsafe {
-            x86::row_sums_avx2::<false, SRC_F16, false>(ptr, base, len, scale, out, mut_drop_tail())
+        // SAFETY: a non-scalar `Isa` proves AVX2 and F16C; `rows.check` bounds every row.
+        Level::Avx2 => unsafe {
+            match (f16, squares) {
+                (true, false) => x86::row_sums_avx2::<false, SRC_F16, false>(ptr, base, len, scale, out, drop),
+                (true, true) => x86::row_sums_avx2::<true, SRC_F16, true>(ptr, base, len, scale, out, drop),
+                (false, _) => x86::row_sums_avx2::<false, SRC_BF16, false>(ptr, base, len, scale, out, drop),
+            }
         },
         #[cfg(target_arch = "x86_64")]
-        (Level::Avx2, true, true) => unsafe {
-            x86::row_sums_avx2::<true, SRC_F16, true>(ptr, base, len, scale, out, mut_drop_tail())
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx2, false, _) => unsafe {
-            x86::row_sums_avx2::<false, SRC_BF16, false>(ptr, base, len, scale, out, mut_drop_tail())
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, true, false) => unsafe {
-            x86::row_sums_avx512::<false, SRC_F16, false>(ptr, base, len, scale, out, mut_drop_tail())
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, true, true) => unsafe {
-            x86::row_sums_avx512::<true, SRC_F16, true>(ptr, base, len, scale, out, mut_drop_tail())
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, false, _) => unsafe {
-            x86::row_sums_avx512::<false, SRC_BF16, false>(ptr, base, len, scale, out, mut_drop_tail())
+        // SAFETY: as above for AVX-512F.
+        Level::Avx512 => unsafe {
+            match (f16, squares) {
+                (true, false) => x86::row_sums_avx512::<false, SRC_F16, false>(ptr, base, len, scale, out, drop),
+                (true, true) => x86::row_sums_avx512::<true, SRC_F16, true>(ptr, base, len, scale, out, drop),
+                (false, _) => x86::row_sums_avx512::<false, SRC_BF16, false>(ptr, base, len, scale, out, drop),
+            }
         },
     }
     #[cfg(feature = "mutants")]
