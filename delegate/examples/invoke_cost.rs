@@ -1,6 +1,6 @@
 //! Instructions (under callgrind) and time per bound invoke of a bench RMSNorm:
 //! `valgrind --tool=callgrind --toggle-collect='*Bound*invoke_inner*' target/release/examples/invoke_cost 10000 [f32|f16|bf16] [ROWS] [DIM]`
-//! (collected instructions / runs = one invoke's cost; default: f32, 1 row of 128, the
+//! (collected instructions / runs = one invoke's cost; `THREADS=N` for N threads; default: f32, 1 row of 128, the
 //! bench's smallest).
 
 use delegate::runtime::{Program, RunOptions, ThreadPolicy};
@@ -36,7 +36,8 @@ fn main() {
     let y = g.mul(g.mul(x, inv), w);
     let graph = g.finish(&[y]).unwrap();
     let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
-    let opts = RunOptions { threads: 1, policy: ThreadPolicy::CostModel, ..RunOptions::default() };
+    let threads = std::env::var("THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let opts = RunOptions { threads, policy: ThreadPolicy::CostModel, ..RunOptions::default() };
     let p = Program::new(&lowered, &opts).unwrap();
     let n = rows * d;
     let input = tensor(dt, &[1, rows, d], (0..n).map(|i| (i % 128) as f32 / 64.0 - 1.0).collect());

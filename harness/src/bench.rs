@@ -6,8 +6,9 @@
 //! policies, `NhwcAware`) on our runtime, the three modes on real XNNPACK (same payloads, a
 //! pthreadpool of the same size) and, at 1 thread, the before's mean alone are built on the
 //! same inputs, bound to them once (our `Program::bind`, XNNPACK's setup) and invoked
-//! alternately, one run each per round with the starting program rotating, after a reference
-//! check and a warm-up. Each round gives paired ratios against the engine's own `Main` and of
+//! alternately after a reference check and a warm-up: at 1 thread one run each per round with
+//! the starting program rotating, at more in blocks of rounds per program once the other
+//! programs' pool workers have parked (`timing::settle`). Each round gives paired ratios against the engine's own `Main` and of
 //! ours against XNNPACK in the same mode; the reported ratio is their median with a
 //! distribution-free 95% interval ([`stats::paired_ratio`]), "within noise" when it holds 1.
 //! Rows stop at `--max-runs` rounds or when their share of the time budget is spent (never

@@ -245,8 +245,12 @@ pub fn time_group(
 
     let n = slots.len();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n];
+    // Rounds per block: one round at 1 thread (no workers: the tightest pairing); at more,
+    // a block of about BLOCK_TIME of the slowest program (see `settle`).
+    let per_block = if threads > 1 { block_rounds(&mut timed) } else { 1 };
     let start = Instant::now();
     let mut rounds = 0usize;
+    let mut blocks = 0usize;
     while timed.iter().any(Option::is_some) {
         let elapsed = start.elapsed();
         // A row stops at `max_runs` rounds, or once its time share is spent and it has
@@ -256,9 +260,19 @@ pub fn time_group(
         if done {
             break;
         }
+        let m = per_block.min(budget.max_runs - rounds);
         for j in 0..n {
-            let k = (rounds + j) % n;
-            if let Some(b) = timed[k].as_mut() {
+            let k = (blocks + j) % n;
+            let Some(b) = timed[k].as_mut() else { continue };
+            if per_block > 1 {
+                settle();
+                // The first runs after a settle wake the parked workers: not what a program
+                // invoked back to back pays.
+                for _ in 0..BLOCK_WARMUP {
+                    let _ = b.invoke();
+                }
+            }
+            for _ in 0..m {
                 let t0 = Instant::now();
                 let out = b.invoke();
                 let dt = t0.elapsed().as_nanos() as f64;
@@ -267,17 +281,72 @@ pub fn time_group(
                     Err(e) => {
                         rows[k].check = format!("run: {e}");
                         timed[k] = None;
+                        break;
                     }
                 }
             }
         }
-        rounds += 1;
+        rounds += m;
+        blocks += 1;
     }
     drop(timed);
     drop(xnns);
     drop(ours);
     summarize(&slots, &mut rows, &samples);
     rows
+}
+
+/// Wall time of one slot's block at more than one thread (the slowest program's; faster ones
+/// run as many rounds in less).
+const BLOCK_TIME: Duration = Duration::from_millis(20);
+/// Untimed runs at the start of each block.
+const BLOCK_WARMUP: usize = 2;
+/// Longest wait for the other programs' workers to park.
+const SETTLE_MAX: Duration = Duration::from_millis(200);
+
+/// Rounds per block: `BLOCK_TIME` of the slowest bound program (timed once each), 1 to 500.
+fn block_rounds(timed: &mut [Option<Timed>]) -> usize {
+    let slowest = timed
+        .iter_mut()
+        .flatten()
+        .map(|b| {
+            let t0 = Instant::now();
+            let _ = b.invoke();
+            t0.elapsed()
+        })
+        .max()
+        .unwrap_or(BLOCK_TIME);
+    (BLOCK_TIME.as_nanos() / slowest.as_nanos().max(1)).clamp(1, 500) as usize
+}
+
+/// Waits until no other thread of this process is runnable (at most `SETTLE_MAX`): at more
+/// than one thread every program has a pool, ours spin 2 ms after a job and pthreadpool's
+/// 1,000,000 pauses, so programs timed in turn on a 2-core machine found the previous ones'
+/// workers still spinning on their cores (7 pools: 2-thread XNNPACK RMSNorm 1x8x64 fp16 took
+/// 38 us against 0.6 us at 1 thread). So at more than one thread each program runs a block
+/// of rounds by itself after the others' workers have parked; round `r` of a block pairs
+/// with round `r` of the other programs' blocks. Linux: reads the threads' states in
+/// `/proc/self/task`; elsewhere waits `SETTLE_MAX`.
+fn settle() {
+    let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
+    let start = Instant::now();
+    while start.elapsed() < SETTLE_MAX {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            std::thread::sleep(SETTLE_MAX);
+            return;
+        };
+        let busy = tasks.flatten().any(|t| {
+            Some(t.file_name()) != me
+                && std::fs::read_to_string(t.path().join("stat"))
+                    .ok()
+                    .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('R')))
+                    .unwrap_or(false)
+        });
+        if !busy {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Medians, spreads and the paired ratios of a timed row group.
