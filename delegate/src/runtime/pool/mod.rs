@@ -398,10 +398,17 @@ mod tests {
 
     #[test]
     fn every_task_runs_once_at_every_thread_count() {
-        for threads in 1..=3 {
-            let pool = Pool::new(threads, ThreadPolicy::CostModel).unwrap();
-            for round in 0..50 {
-                let n = 1 + round % 17;
+        for (threads, policy) in [
+            (1, ThreadPolicy::CostModel),
+            (2, ThreadPolicy::CostModel),
+            (3, ThreadPolicy::PerOutputTasks),
+            (4, ThreadPolicy::CostModel),
+        ] {
+            let pool = Pool::new(threads, policy).unwrap();
+            for round in 0..60 {
+                // Fewer tasks than threads, uneven shares, and more than `AFFINE_TASKS` (one
+                // shared counter).
+                let n = if round < 40 { 1 + round % 17 } else { [63, 64, 65, 128, 1000][round % 5] };
                 let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
                 pool.run_tasks(n, &|i| {
                     hits[i].fetch_add(1, Ordering::Relaxed);
