@@ -8,8 +8,8 @@
 //! same inputs, bound to them once (our `Program::bind`, XNNPACK's setup) and invoked
 //! alternately after a reference check and a warm-up: at 1 thread one run each per round with
 //! the starting program rotating, at more in blocks of rounds per program once the other
-//! programs' pool workers have parked (`timing::settle`). Each round gives paired ratios against the engine's own `Main` and of
-//! ours against XNNPACK in the same mode; the reported ratio is their median with a
+//! programs' pool workers have parked (`timing::settle`). Each round gives paired ratios
+//! against the engine's own `Main` and of ours against XNNPACK in the same mode; the reported ratio is their median with a
 //! distribution-free 95% interval ([`stats::paired_ratio`]), "within noise" when it holds 1.
 //! Rows stop at `--max-runs` rounds or when their share of the time budget is spent (never
 //! below `--min-rounds`), so the default sweep fits its budget on a 2-core machine.

@@ -264,11 +264,11 @@ pub fn time_group(
         for j in 0..n {
             let k = (blocks + j) % n;
             let Some(b) = timed[k].as_mut() else { continue };
-            if per_block > 1 {
+            if threads > 1 {
                 settle();
                 // The first runs after a settle wake the parked workers: not what a program
-                // invoked back to back pays.
-                for _ in 0..BLOCK_WARMUP {
+                // invoked back to back pays (one run for a block of one, a slow program).
+                for _ in 0..BLOCK_WARMUP.min(m) {
                     let _ = b.invoke();
                 }
             }
@@ -299,7 +299,7 @@ pub fn time_group(
 /// Wall time of one slot's block at more than one thread (the slowest program's; faster ones
 /// run as many rounds in less).
 const BLOCK_TIME: Duration = Duration::from_millis(20);
-/// Untimed runs at the start of each block.
+/// Untimed runs at the start of each block (at most as many as the block times).
 const BLOCK_WARMUP: usize = 2;
 /// Longest wait for the other programs' workers to park.
 const SETTLE_MAX: Duration = Duration::from_millis(200);
