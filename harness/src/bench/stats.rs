@@ -38,6 +38,13 @@ impl RatioCi {
     pub fn within_noise(&self) -> bool {
         self.low <= 1.0 && 1.0 <= self.high
     }
+
+    /// To 4 decimals, as the CSVs hold it: "within noise" is then judged on the interval a
+    /// reader (and `bench check`) sees, where a low end of 1.00004 reads 1.
+    pub fn rounded(self) -> RatioCi {
+        let r = super::round4;
+        RatioCi { ratio: r(self.ratio), low: r(self.low), high: r(self.high) }
+    }
 }
 
 /// Paired ratio of `b` over `a`: `a[i]` and `b[i]` were timed in the same round of the
@@ -64,6 +71,15 @@ pub fn paired_ratio(a: &[f64], b: &[f64]) -> Option<RatioCi> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounded_intervals_judge_noise_as_written() {
+        let r = RatioCi { ratio: 1.00081, low: 1.00004, high: 1.00163 };
+        assert!(!r.within_noise());
+        let w = r.rounded();
+        assert_eq!((w.ratio, w.low, w.high), (1.0008, 1.0, 1.0016));
+        assert!(w.within_noise());
+    }
 
     #[test]
     fn quantiles_interpolate() {

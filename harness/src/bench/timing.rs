@@ -378,10 +378,10 @@ fn summarize(slots: &[Slot], rows: &mut [Row], samples: &[Vec<f64>]) {
             _ => ours_main,
         };
         if let Some(r) = main.filter(|&m| ok(rows, m) || m == k).and_then(|m| paired(m, k)) {
-            let row = &mut rows[k];
-            row.ratio_vs_main = Some(round4(r.ratio));
-            row.ci_low = Some(round4(r.low));
-            row.ci_high = Some(round4(r.high));
+            let (row, r) = (&mut rows[k], r.rounded());
+            row.ratio_vs_main = Some(r.ratio);
+            row.ci_low = Some(r.low);
+            row.ci_high = Some(r.high);
             row.within_noise = r.within_noise();
         }
         if let Slot::Ours(v) = slots[k] {
