@@ -128,8 +128,8 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
         }
 }
 
-/// Whether a segment's plan has a fused group.
-fn fused_groups(lowered: &delegate::LoweredProgram) -> usize {
+/// The groups of every delegate segment's plan.
+fn groups(lowered: &delegate::LoweredProgram) -> Vec<Group> {
     lowered
         .steps
         .iter()
@@ -138,11 +138,22 @@ fn fused_groups(lowered: &delegate::LoweredProgram) -> usize {
                 let loaded =
                     delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).ok()?;
                 let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).ok()?;
-                Some(plan.groups.iter().filter(|g| !matches!(g, Group::Node(_))).count())
+                Some(plan.groups)
             }
             Step::Portable(_) => None,
         })
-        .sum()
+        .flatten()
+        .collect()
+}
+
+/// How many fused groups the segments' plans have.
+fn fused_groups(lowered: &delegate::LoweredProgram) -> usize {
+    groups(lowered).iter().filter(|g| !matches!(g, Group::Node(_))).count()
+}
+
+/// Whether a plan runs elementwise nodes on a mean's output in its group (`fuse::Tail`).
+fn has_tail(lowered: &delegate::LoweredProgram) -> bool {
+    groups(lowered).iter().any(|g| matches!(g, Group::SquareMean { tail: Some(_), .. }))
 }
 
 fn configs() -> Vec<RunOptions> {
@@ -197,19 +208,26 @@ fn fused_plans_give_the_unfused_bits() {
     // fp16 programs drawn and fused: the narrow chains must be exercised too (bf16 programs
     // lower with converts around their fp32 means and fuse less; they are compared all the same).
     let (narrow, narrow_fused) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
+    let tails = std::cell::Cell::new(0usize);
     runner
         .run(&strategy, |(b, t, d, ops, seed, dt)| {
             cases.set(cases.get() + 1);
             let graph = build(&[b, t, d], dt, &ops);
             let is_narrow = dt == ElemType::F16;
             narrow.set(narrow.get() + usize::from(is_narrow));
-            if lower(&graph, LoweringMode::StaticMean).is_ok_and(|l| fused_groups(&l) > 0) {
-                fused.set(fused.get() + 1);
-                narrow_fused.set(narrow_fused.get() + usize::from(is_narrow));
+            if let Ok(l) = lower(&graph, LoweringMode::StaticMean) {
+                if fused_groups(&l) > 0 {
+                    fused.set(fused.get() + 1);
+                    narrow_fused.set(narrow_fused.get() + usize::from(is_narrow));
+                }
+                tails.set(tails.get() + usize::from(has_tail(&l)));
             }
             check(&[b, t, d], dt, &ops, seed)
         })
         .unwrap();
+    // Means with elementwise tails are drawn too (a scalar operand, a square, rsqrt or clamp
+    // after a mean of squares).
+    assert!(tails.get() >= 5, "only {} of {} programs have a mean with a tail", tails.get(), cases.get());
     // Not a comparison of two unfused runs: most drawn programs have a fused group.
     assert!(2 * fused.get() >= cases.get(), "only {} of {} programs fused", fused.get(), cases.get());
     assert!(
@@ -221,10 +239,11 @@ fn fused_plans_give_the_unfused_bits() {
 }
 
 #[test]
-fn rmsnorm_fuses_into_three_groups_and_keeps_its_bits() {
-    // x * rsqrt(mean(x * x) + eps) * w: square+mean, [add, rsqrt], [mul, mul], in fp32 and
-    // fp16 (whose chains round after each node as the unfused nodes do; a bf16 RMSNorm lowers
-    // with converts around an fp32 mean).
+fn rmsnorm_fuses_into_two_groups_and_keeps_its_bits() {
+    // x * rsqrt(mean(x * x) + eps) * w: in fp32 square+mean with [add, rsqrt] as its tail,
+    // then [mul, mul]; in fp16 square+mean, [add, rsqrt], [mul, mul] (its chains round after
+    // each node as the unfused nodes do, and a tail would have to; a bf16 RMSNorm lowers with
+    // converts around an fp32 mean).
     let (t, d) = (8, 64);
     for dt in [ElemType::F32, ElemType::F16] {
         let g = GraphBuilder::new();
@@ -243,12 +262,16 @@ fn rmsnorm_fuses_into_three_groups_and_keeps_its_bits() {
             .iter()
             .map(|g| match g {
                 Group::Node(_) => "node",
-                Group::SquareMean { .. } => "square_mean",
+                Group::SquareMean { tail: None, .. } => "square_mean",
+                Group::SquareMean { tail: Some(_), .. } => "square_mean+tail",
                 Group::Chain { .. } => "chain",
             })
             .collect();
-        assert_eq!(kinds, ["square_mean", "chain", "chain"], "{dt:?}");
-        assert_eq!(fused_groups(&lowered), 3);
+        if dt == ElemType::F32 {
+            assert_eq!(kinds, ["square_mean+tail", "chain"]);
+        } else {
+            assert_eq!(kinds, ["square_mean", "chain", "chain"], "{dt:?}");
+        }
         let xv = tensor(&[1, t, d], dt, 9);
         for opts in configs() {
             let p = Program::new(&lowered, &opts).unwrap();

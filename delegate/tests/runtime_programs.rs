@@ -281,6 +281,71 @@ fn dynamic_dims_resize_within_bounds() {
     }
 }
 
+/// Bit-identical tensors (shape, format and every element's bits).
+fn same_bits(a: &Tensor, b: &Tensor) -> bool {
+    use reference::TensorData as D;
+    a.shape == b.shape
+        && a.format == b.format
+        && match (&a.data, &b.data) {
+            (D::F32(x), D::F32(y)) => x.iter().map(|v| v.to_bits()).eq(y.iter().map(|v| v.to_bits())),
+            (D::F16(x), D::F16(y)) => x.iter().map(|v| v.to_bits()).eq(y.iter().map(|v| v.to_bits())),
+            (D::Bf16(x), D::Bf16(y)) => x.iter().map(|v| v.to_bits()).eq(y.iter().map(|v| v.to_bits())),
+            (D::Qs8(x), D::Qs8(y)) => x == y,
+            _ => false,
+        }
+}
+
+#[test]
+fn bound_invokes_give_the_run_bits_on_every_pattern() {
+    // `bind` + `invoke` (the direct path where the program is one segment, else the step loop)
+    // against `run`, after rewriting the inputs in place and, for dynamic inputs, after
+    // `set_input` with other dims (which leaves the direct path until the next run resolves it).
+    let mut direct = 0;
+    for (name, graph, bf16) in patterns() {
+        for mode in LoweringMode::ALL {
+            let lowered = lower_with(&graph, &LowerOptions { mode, enable_bf16: bf16 }).unwrap();
+            let one_segment = matches!(lowered.steps.as_slice(), [Step::Delegate(_)]);
+            for opts in [RunOptions::default(), RunOptions::threads(2)] {
+                let p = Program::new(&lowered, &opts).unwrap();
+                let what = format!("{name} {mode} {opts:?}");
+                let inputs: Vec<Tensor> =
+                    (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 7 + k as u64)).collect();
+                let mut b = p.bind(inputs.clone()).unwrap();
+                assert!(!b.runs_direct() || one_segment, "{what}: direct path on a program of several steps");
+                direct += usize::from(b.runs_direct());
+                for round in 0..3u64 {
+                    let fresh: Vec<Tensor> =
+                        (0..graph.inputs.len()).map(|k| input_for(&graph, k, None, 100 * round + k as u64)).collect();
+                    for (k, t) in fresh.iter().enumerate() {
+                        *b.input_data_mut(k).unwrap() = t.data.clone();
+                    }
+                    b.invoke().unwrap();
+                    let want = p.run(&fresh).unwrap();
+                    for (k, (got, want)) in b.outputs().iter().zip(&want).enumerate() {
+                        assert!(same_bits(got, want), "{what} round {round}: output {k}");
+                    }
+                }
+                if graph.nodes[graph.inputs[0]].spec.is_dynamic() {
+                    let was = b.runs_direct();
+                    for tokens in [5, 16, 1] {
+                        let x = input_for(&graph, 0, Some(&[1, tokens, 128]), tokens as u64);
+                        b.set_input(0, x.clone()).unwrap();
+                        assert!(!b.runs_direct(), "{what}: new dims leave the direct path");
+                        b.invoke().unwrap();
+                        assert_eq!(b.runs_direct(), was, "{what}: the run after set_input resolves it again");
+                        assert!(same_bits(&b.outputs()[0], &p.run(&[x.clone()]).unwrap()[0]), "{what} {tokens}");
+                        b.invoke().unwrap();
+                        assert!(same_bits(&b.outputs()[0], &p.run(&[x]).unwrap()[0]), "{what} {tokens} again");
+                    }
+                }
+            }
+        }
+    }
+    // Most one-segment programs take it (a channels_last output a segment hands over in
+    // NCHW order, an output that is an input, and portable steps do not).
+    assert!(direct >= 60, "only {direct} bound programs run direct");
+}
+
 #[test]
 fn bad_inputs_get_typed_errors() {
     let (_, graph, _) = patterns().into_iter().find(|p| p.0 == "channels_last_gap").unwrap();

@@ -5,7 +5,7 @@
 //! input's type and length. This is XNNPACK's setup/invoke split (`xnn_setup_runtime` binds
 //! external buffers, `xnn_invoke_runtime` only runs), and what its timings measure.
 
-use super::program::{Program, RunState, SegmentExecutor};
+use super::program::{Direct, Program, RunState, SegmentExecutor};
 use super::RuntimeError;
 use reference::{Tensor, TensorData};
 
@@ -15,6 +15,11 @@ pub struct Bound<'p> {
     inputs: Vec<Tensor>,
     outputs: Vec<Tensor>,
     state: RunState,
+    /// The one-segment fast path, when the program has that shape (`program::direct`);
+    /// resolved after a run of this runtime's plans on the bound input shapes.
+    direct: Option<Direct>,
+    /// An input was replaced since `direct` was resolved: resolve it after the next run.
+    resolve: bool,
 }
 
 impl std::fmt::Debug for Bound<'_> {
@@ -48,12 +53,16 @@ impl Program {
     ) -> Result<Bound<'_>, RuntimeError> {
         self.check_inputs(&inputs)?;
         let mut state = self.take_state();
+        let own = exec.is_none();
         let outputs = match self.execute(&mut state, &inputs, exec) {
             Ok(()) => self.outputs_of(&mut state, &inputs),
             Err(e) => Err(e),
         };
         match outputs {
-            Ok(outputs) => Ok(Bound { program: self, inputs, outputs, state }),
+            Ok(outputs) => {
+                let direct = if own { self.direct(&state, &inputs, &outputs) } else { None };
+                Ok(Bound { program: self, inputs, outputs, state, direct, resolve: !own })
+            }
             Err(e) => {
                 self.give_back(state);
                 Err(e)
@@ -78,6 +87,10 @@ impl Bound<'_> {
         for (k, t) in self.inputs.iter().enumerate() {
             self.program.recheck_input(k, t)?;
         }
+        if let (None, Some(d)) = (&exec, &mut self.direct) {
+            return self.program.invoke_direct(d, &mut self.state, &self.inputs, &mut self.outputs);
+        }
+        let own = exec.is_none();
         // Lend each output's buffers to the slot that writes it.
         for (k, out) in self.outputs.iter_mut().enumerate() {
             if let Some(w) = self.program.written_output(k) {
@@ -103,6 +116,10 @@ impl Bound<'_> {
                 None => {}
             }
         }
+        if own && r.is_ok() && self.resolve {
+            self.direct = self.program.direct(&self.state, &self.inputs, &self.outputs);
+            self.resolve = false;
+        }
         r
     }
 
@@ -124,7 +141,18 @@ impl Bound<'_> {
         let slot = self.inputs.get_mut(k).ok_or(RuntimeError::InputCount { expected: n, found: k + 1 })?;
         self.program.check_input(k, &t)?;
         *slot = t;
+        // Its dims may differ: the next run goes through the step loop, which resolves again.
+        self.direct = None;
+        self.resolve = true;
         Ok(())
+    }
+
+    /// Whether [`Bound::invoke`] runs the program's one delegate segment straight on the bound
+    /// tensors (a program from graph inputs to graph outputs in one segment, its outputs in
+    /// their slots' layout), rather than through the step loop with its per-run hand-offs.
+    /// The outputs are the same bits either way.
+    pub fn runs_direct(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// The outputs of the last successful run, in graph-output order.

@@ -44,8 +44,8 @@ enum Prepared {
     Nodes,
     /// A single fp32 mean node.
     Mean(MeanPlan),
-    /// A fused square and mean.
-    SquareMean(MeanPlan),
+    /// A fused square and mean, with its tail's layout when it has one.
+    SquareMean(MeanPlan, Option<ChainLayout>),
     /// A fused square and mean of fp16/bf16 values.
     SquareMeanNarrow,
     /// A fused chain.
@@ -67,6 +67,34 @@ pub struct BoundInput<'a> {
 pub struct SegInput<'a> {
     pub view: View<'a>,
     pub dims: &'a [usize],
+}
+
+/// Segment inputs for one run: on the stack for the usual few (no allocation per run).
+pub enum SegInputs<'a> {
+    Few([SegInput<'a>; 4], usize),
+    Many(Vec<SegInput<'a>>),
+}
+
+impl<'a> SegInputs<'a> {
+    /// Collects `items`, stopping at the first error.
+    pub fn collect<E>(items: impl ExactSizeIterator<Item = Result<SegInput<'a>, E>>) -> Result<Self, E> {
+        let n = items.len();
+        if n > 4 {
+            return Ok(SegInputs::Many(items.collect::<Result<_, E>>()?));
+        }
+        let mut few = [SegInput { view: View::F32(&[]), dims: &[] }; 4];
+        for (f, b) in few.iter_mut().zip(items) {
+            *f = b?;
+        }
+        Ok(SegInputs::Few(few, n))
+    }
+
+    pub fn as_slice(&self) -> &[SegInput<'a>] {
+        match self {
+            SegInputs::Few(few, n) => &few[..*n],
+            SegInputs::Many(v) => v,
+        }
+    }
 }
 
 /// A produced segment output: typed data and physical dims.
@@ -207,24 +235,29 @@ impl SegmentPlan {
         let SegmentState { blocks, shapes, prepared, .. } = state;
         for (g, prep) in self.groups.iter().zip(prepared.iter()) {
             let r = match (g, prep) {
-                (Group::SquareMean { square }, Prepared::SquareMean(mp)) if fuse => {
+                (Group::SquareMean { square, tail }, Prepared::SquareMean(mp, lay)) if fuse => {
                     let mean = &self.nodes[square + 1];
-                    self.with_dest(mean, shapes, blocks, outs, |blocks, outs, out| {
+                    // With a tail, the mean writes into the tail's output, which the tail's
+                    // steps then rewrite in place.
+                    let dest = tail.as_ref().map_or(mean, |t| &self.nodes[t.last]);
+                    self.with_dest(dest, shapes, blocks, outs, |blocks, outs, out| {
                         let x = self.view_of(self.nodes[*square].inputs[0], inputs, blocks, outs, shapes);
-                        match (x, out) {
-                            (View::F32(x), ViewMut::F32(o)) => {
-                                kernels::mean::mean_f32_planned(ctx, x, mp, Term::Square, o)?;
-                                if let Some((lo, hi)) = mean.act {
-                                    kernels::elementwise::clamp_f32(ctx, o, lo, hi);
-                                }
-                                Ok(())
-                            }
-                            _ => Err("fused square and mean on non-fp32 values".into()),
+                        let (View::F32(x), ViewMut::F32(o)) = (x, out) else {
+                            return Err("fused square and mean on non-fp32 values".into());
+                        };
+                        kernels::mean::mean_f32_planned(ctx, x, mp, Term::Square, o)?;
+                        if let Some((lo, hi)) = mean.act {
+                            kernels::elementwise::clamp_f32(ctx, o, lo, hi);
                         }
+                        if let (Some(t), Some(lay)) = (tail, lay) {
+                            let views = self.f32_views(&t.args, inputs, blocks, outs, shapes)?;
+                            fused::run_chain(ctx, &t.steps, lay, &views[..t.args.len()], o);
+                        }
+                        Ok(())
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
-                (Group::SquareMean { square }, Prepared::SquareMeanNarrow) if fuse => {
+                (Group::SquareMean { square, tail: None }, Prepared::SquareMeanNarrow) if fuse => {
                     let mean = &self.nodes[square + 1];
                     let xi = self.nodes[*square].inputs[0];
                     self.with_dest(mean, shapes, blocks, outs, |blocks, outs, out| {
@@ -239,6 +272,16 @@ impl SegmentPlan {
                 (Group::Chain { last, steps, args, .. }, Prepared::Chain(lay)) if fuse => {
                     let n = &self.nodes[*last];
                     self.with_dest(n, shapes, blocks, outs, |blocks, outs, out| {
+                        let k = args.len();
+                        let out = match out {
+                            ViewMut::F32(o) => {
+                                let views = self.f32_views(args, inputs, blocks, outs, shapes)?;
+                                fused::run_chain(ctx, steps, lay, &views[..k], o);
+                                return Ok(());
+                            }
+                            o => o,
+                        };
+                        let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
                         // fp16/bf16 operands: those of the output's size widened tile by tile
                         // in the chain, the others (broadcast, small) here.
                         let n_out = numel(&shapes[n.output]);
@@ -256,7 +299,6 @@ impl SegmentPlan {
                                 }
                             }
                         }
-                        let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
                         for (((d, &a), w), dn) in views.iter_mut().zip(args).zip(&scratch.wide).zip(&dense) {
                             *d = match self.view_of(a, inputs, blocks, outs, shapes) {
                                 View::F32(v) => v,
@@ -265,14 +307,7 @@ impl SegmentPlan {
                                 _ => return Err("fused chain on a non-float operand".into()),
                             };
                         }
-                        let k = args.len();
-                        match out {
-                            ViewMut::F32(o) => {
-                                fused::run_chain(ctx, steps, lay, &views[..k], o);
-                                Ok(())
-                            }
-                            o => fused::run_chain_narrow(ctx, steps, lay, &views[..k], &dense[..k], o),
-                        }
+                        fused::run_chain_narrow(ctx, steps, lay, &views[..k], &dense[..k], out)
                     })
                     .map_err(|e| shape_err(format!("node {} (fused chain): {e}", n.index)))
                 }
@@ -364,23 +399,50 @@ impl SegmentPlan {
         };
         match g {
             Group::Node(i) => f32_mean(&self.nodes[*i]).map_or(Prepared::Nodes, Prepared::Mean),
-            Group::SquareMean { square } => match f32_mean(&self.nodes[square + 1]) {
-                Some(mp) => Prepared::SquareMean(mp),
-                None => Prepared::SquareMeanNarrow,
+            Group::SquareMean { square, tail } => match (f32_mean(&self.nodes[square + 1]), tail) {
+                (Some(mp), None) => Prepared::SquareMean(mp, None),
+                (Some(mp), Some(t)) => match self.chain_layout(square + 1, t.last, &t.args, shapes) {
+                    Some(lay) => Prepared::SquareMean(mp, Some(lay)),
+                    None => Prepared::Nodes,
+                },
+                (None, None) => Prepared::SquareMeanNarrow,
+                (None, Some(_)) => Prepared::Nodes,
             },
             Group::Chain { first, last, args, .. } => {
-                // The chain's condition on this run's shapes: every intermediate has the
-                // output's shape (a broadcast inside the chain would run an op per output
-                // element that the unfused plan runs per input element: different work).
-                let out = &shapes[self.nodes[*last].output];
-                let same = (*first..*last).all(|i| shapes[self.nodes[i].output] == *out);
-                let arg_shapes: Vec<&[usize]> = args.iter().map(|&a| shapes[a].as_slice()).collect();
-                match fused::chain_layout(out, &arg_shapes) {
-                    Some(lay) if same => Prepared::Chain(lay),
-                    _ => Prepared::Nodes,
-                }
+                self.chain_layout(*first, *last, args, shapes).map_or(Prepared::Nodes, Prepared::Chain)
             }
         }
+    }
+
+    /// The layout of nodes `first..=last` run as one elementwise pass over operands `args`
+    /// on this run's shapes; `None` where the shapes break the condition: every intermediate
+    /// must have the output's shape (a broadcast inside the chain would run an op per output
+    /// element that the unfused plan runs per input element: different work).
+    fn chain_layout(&self, first: usize, last: usize, args: &[usize], shapes: &[Vec<usize>]) -> Option<ChainLayout> {
+        let out = &shapes[self.nodes[last].output];
+        let same = (first..last).all(|i| shapes[self.nodes[i].output] == *out);
+        let arg_shapes: Vec<&[usize]> = args.iter().map(|&a| shapes[a].as_slice()).collect();
+        fused::chain_layout(out, &arg_shapes).filter(|_| same)
+    }
+
+    /// The contents of fp32 values `args` (a fused fp32 group's operands: `fuse` groups one
+    /// type).
+    fn f32_views<'a>(
+        &'a self,
+        args: &[usize],
+        inputs: &[SegInput<'a>],
+        blocks: &'a [Vec<Line>],
+        outs: &'a [Owned],
+        shapes: &[Vec<usize>],
+    ) -> Result<[&'a [f32]; super::simd::CHAIN_ARGS], String> {
+        let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
+        for (d, &a) in views.iter_mut().zip(args) {
+            let View::F32(v) = self.view_of(a, inputs, blocks, outs, shapes) else {
+                return Err("fused fp32 group on a non-fp32 operand".into());
+            };
+            *d = v;
+        }
+        Ok(views)
     }
 
     /// The current contents of value `vi`.

@@ -25,10 +25,22 @@ use super::simd::{ChainStep, Narrow, Src, CHAIN_ARGS};
 pub enum Group {
     /// Node `i`, by itself.
     Node(usize),
-    /// Node `square` squares the input of node `square + 1`, a mean that is its only reader.
-    SquareMean { square: usize },
+    /// Node `square` squares the input of node `square + 1`, a mean that is its only reader;
+    /// with a `tail`, the fp32 elementwise nodes after the mean run on its output in place.
+    SquareMean { square: usize, tail: Option<Tail> },
     /// Nodes `first..=last` as one elementwise pass: `steps` over the operand values `args`.
     Chain { first: usize, last: usize, steps: Vec<ChainStep>, args: Vec<usize> },
+}
+
+/// Nodes `mean + 1..=last` of a fused square and mean, each reading the one before (the
+/// first the mean's output) and nothing else computed in the segment but operands `args`:
+/// `steps` applied to the mean's output where the mean wrote it (`rsqrt(mean(x * x) + eps)`
+/// in one group; fp32 only, where the steps round nowhere).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tail {
+    pub last: usize,
+    pub steps: Vec<ChainStep>,
+    pub args: Vec<usize>,
 }
 
 impl Group {
@@ -36,7 +48,7 @@ impl Group {
     pub fn span(&self) -> (usize, usize) {
         match self {
             Group::Node(i) => (*i, *i),
-            Group::SquareMean { square } => (*square, square + 1),
+            Group::SquareMean { square, tail } => (*square, tail.as_ref().map_or(square + 1, |t| t.last)),
             Group::Chain { first, last, .. } => (*first, *last),
         }
     }
@@ -147,18 +159,19 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
     let mut i = 0;
     while i < nodes.len() {
         if square_mean(nodes, i, values, &readers) {
-            out.push(Group::SquareMean { square: i });
-            i += 2;
+            let mean = i + 1;
+            let (mut steps, mut args) = (Vec::new(), Vec::new());
+            let last = if values[nodes[mean].output].dt == Dt::F32 {
+                extend_chain(nodes, values, &readers, Some(Dt::F32), mean, &mut steps, &mut args)
+            } else {
+                mean
+            };
+            let tail = (last > mean).then_some(Tail { last, steps, args });
+            out.push(Group::SquareMean { square: i, tail });
+            i = last + 1;
             continue;
         }
         let mut args: Vec<usize> = Vec::new();
-        let arg_of = |args: &mut Vec<usize>, v: usize| {
-            let k = args.iter().position(|&a| a == v).unwrap_or_else(|| {
-                args.push(v);
-                args.len() - 1
-            });
-            Src::Arg(k)
-        };
         let dt = float_dt(&nodes[i], values);
         let head = steps_of(&nodes[i], values, None, None, |v| arg_of(&mut args, v));
         let Some(mut steps) = head.filter(|_| args.len() <= CHAIN_ARGS) else {
@@ -166,22 +179,7 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
             i += 1;
             continue;
         };
-        let mut last = i;
-        while let Some(n) = nodes.get(last + 1) {
-            let acc = nodes[last].output;
-            let extends = n.inputs.contains(&acc)
-                && private(acc, values, &readers)
-                && values[n.output].dims == values[acc].dims
-                && args.len() + new_args(n, Some(acc), &args) <= CHAIN_ARGS
-                // A square that feeds a mean is worth more in that pair.
-                && !square_mean(nodes, last + 1, values, &readers);
-            if !extends {
-                break;
-            }
-            let Some(more) = steps_of(n, values, dt, Some(acc), |v| arg_of(&mut args, v)) else { break };
-            steps.extend(more);
-            last += 1;
-        }
+        let last = extend_chain(nodes, values, &readers, dt, i, &mut steps, &mut args);
         if last > i {
             out.push(Group::Chain { first: i, last, steps, args });
         } else {
@@ -190,4 +188,43 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
         i = last + 1;
     }
     out
+}
+
+/// Operand `v`'s index in `args` (added if new).
+fn arg_of(args: &mut Vec<usize>, v: usize) -> Src {
+    let k = args.iter().position(|&a| a == v).unwrap_or_else(|| {
+        args.push(v);
+        args.len() - 1
+    });
+    Src::Arg(k)
+}
+
+/// Extends a group ending at node `last` with the elementwise nodes of type `dt` that follow,
+/// each reading the one before's output (the running value) as that output's only reader,
+/// with its shape, within `CHAIN_ARGS` operands; returns the new last node.
+fn extend_chain(
+    nodes: &[NodePlan],
+    values: &[ValuePlan],
+    readers: &[usize],
+    dt: Option<Dt>,
+    mut last: usize,
+    steps: &mut Vec<ChainStep>,
+    args: &mut Vec<usize>,
+) -> usize {
+    while let Some(n) = nodes.get(last + 1) {
+        let acc = nodes[last].output;
+        let extends = n.inputs.contains(&acc)
+            && private(acc, values, readers)
+            && values[n.output].dims == values[acc].dims
+            && args.len() + new_args(n, Some(acc), args) <= CHAIN_ARGS
+            // A square that feeds a mean is worth more in that pair.
+            && !square_mean(nodes, last + 1, values, readers);
+        if !extends {
+            break;
+        }
+        let Some(more) = steps_of(n, values, dt, Some(acc), |v| arg_of(args, v)) else { break };
+        steps.extend(more);
+        last += 1;
+    }
+    last
 }

@@ -1,14 +1,14 @@
 //! Running a program's steps over its slots: delegate segments on this runtime's plans (or
 //! another engine's executor) and portable ops, each output settled into its slot.
 
-use super::super::exec::SegInput;
-use super::super::kernels::{portable, Ctx, View};
-use super::super::plan::{BoundInput, Owned};
+use super::super::exec::{SegInput, SegInputs};
+use super::super::kernels::{portable, Ctx};
+use super::super::plan::{BoundInput, Owned, ValuePlan};
 use super::super::RuntimeError;
-use super::handoff::{dim_order, owned_of, view_of, IDENTITY};
+use super::handoff::{dim_order, owned_of, tensor_data, view_of, IDENTITY};
 use super::{ExecStep, Home, Program, RunState, SegmentExecutor};
 use crate::program::SlotId;
-use reference::{ElemType, Tensor, TensorData};
+use reference::{Tensor, TensorData};
 
 impl Program {
     /// Runs every step on `inputs` (checked), writing every written slot's tensor in `state`;
@@ -43,19 +43,7 @@ impl Program {
                     dims.resize_with(ins.len(), Vec::new);
                     for (k, (&s, &vi)) in ins.iter().zip(&plan.input_values).enumerate() {
                         let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
-                        let d = &mut dims[k];
-                        d.clear();
-                        let v = &plan.values[vi];
-                        let spec = &self.l.slots[s];
-                        // ExecuTorch serializes a 0-D value as [1] (and `with_pool` accepted only
-                        // rank changes between static values of equal size): bind the value's dims.
-                        if t.rank() != v.dims.len() && t.numel() == v.max_numel && !spec.is_dynamic() {
-                            d.extend_from_slice(&v.dims);
-                        } else {
-                            let ord = &self.l.orders[s];
-                            let ord = if ord.len() == t.rank() { ord.as_slice() } else { &IDENTITY[..t.rank().min(8)] };
-                            d.extend(ord.iter().map(|&o| t.shape[o]));
-                        }
+                        self.handoff_dims(s, t, &plan.values[vi], &mut dims[k]);
                     }
                     if let Some(e) = exec.as_deref_mut() {
                         // Another engine runs the segment: bound inputs as this runtime's plan
@@ -82,20 +70,11 @@ impl Program {
                         seg_i += 1;
                         continue;
                     }
-                    // On the stack for the usual few inputs (no allocation per run).
-                    const FEW: usize = 4;
-                    let mut few = [SegInput { view: View::F32(&[]), dims: &[] }; FEW];
-                    let mut many = Vec::new();
-                    for (k, &s) in ins.iter().enumerate() {
+                    let seg_inputs = SegInputs::collect(ins.iter().zip(dims.iter()).map(|(&s, d)| {
                         let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
-                        let b = SegInput { view: view_of(t), dims: &dims[k] };
-                        match few.get_mut(k) {
-                            Some(f) if ins.len() <= FEW => *f = b,
-                            _ => many.push(b),
-                        }
-                    }
-                    let seg_inputs = if ins.len() <= FEW { &few[..ins.len()] } else { &many[..] };
-                    plan.run_into(&ctx, &mut segments[seg_i], scratch, seg_inputs, bufs, i, self.opts.fuse)?;
+                        Ok(SegInput { view: view_of(t), dims: d })
+                    }))?;
+                    plan.run_into(&ctx, &mut segments[seg_i], scratch, seg_inputs.as_slice(), bufs, i, self.opts.fuse)?;
                     for (k, &s) in outs.iter().enumerate() {
                         let Home::Written(w) = self.l.homes[s] else { unreachable!("`with_pool` checked") };
                         let data = std::mem::replace(&mut bufs[k], Owned::F32(Vec::new()));
@@ -138,12 +117,65 @@ impl Program {
         }
     }
 
+    /// The dims slot `s` (read as `t`) is handed to a segment with, into `d`: the tensor's dims
+    /// in the slot's hand-off order, or the segment value's own where ExecuTorch serializes a
+    /// 0-D value as [1] (`with_pool` accepted only rank changes between static values of
+    /// equal size).
+    pub(super) fn handoff_dims(&self, s: SlotId, t: &Tensor, v: &ValuePlan, d: &mut Vec<usize>) {
+        d.clear();
+        if t.rank() != v.dims.len() && t.numel() == v.max_numel && !self.l.slots[s].is_dynamic() {
+            d.extend_from_slice(&v.dims);
+        } else {
+            let ord = &self.l.orders[s];
+            let ord = if ord.len() == t.rank() { ord.as_slice() } else { &IDENTITY[..t.rank().min(8)] };
+            d.extend(ord.iter().map(|&o| t.shape[o]));
+        }
+    }
+
+    /// Where segment output dims `dims` put slot `s`'s data: its logical shape written into
+    /// `shape`, and the format's dim order when the data is logical row-major and must be laid
+    /// out in the slot's format (`None`: the bytes are the slot's as they are). ExecuTorch
+    /// hands XNNPACK dims in the tensor's dim order, so the dims are normally physical; the
+    /// layout pass may also produce an NCHW value for a slot tagged channels_last (harmless in
+    /// ExecuTorch when H = W = 1, where both orders share bytes).
+    pub(super) fn settled_shape(
+        &self,
+        s: SlotId,
+        dims: &[usize],
+        shape: &mut Vec<usize>,
+    ) -> Result<Option<Vec<usize>>, String> {
+        let spec = &self.l.slots[s];
+        let ord = &self.l.orders[s];
+        let ord = if ord.len() == dims.len() { ord.as_slice() } else { &IDENTITY[..dims.len().min(8)] };
+        shape.clear();
+        shape.resize(dims.len(), 0);
+        for (pos, &d) in ord.iter().enumerate() {
+            shape[d] = dims[pos];
+        }
+        if dims.len() == spec.rank() && spec.check_shape(shape).is_ok() {
+            // Physical dims: the data is already in the slot's layout.
+            return Ok(None);
+        }
+        let lay_out = if dims.len() == spec.rank() && spec.check_shape(dims).is_ok() {
+            // Logical row-major data: lay it out in the slot's format.
+            shape.copy_from_slice(dims);
+            let fmt_ord = dim_order(spec.format, dims.len());
+            let identity = fmt_ord.iter().enumerate().all(|(i, &d)| i == d);
+            (!identity).then_some(fmt_ord)
+        } else if !spec.is_dynamic() && dims.iter().product::<usize>() == spec.max_numel() {
+            // XNNPACK declares a 0-D value as [1]; the slot keeps the graph's rank.
+            *shape = spec.max_shape();
+            None
+        } else {
+            return Err(format!("slot {s}: segment produced dims {dims:?} for shape {:?}", spec.max_shape()));
+        };
+        spec.check_shape(shape).map_err(|e| format!("slot {s}: {e}"))?;
+        Ok(lay_out)
+    }
+
     /// Makes segment output `data` (dims as the segment produced them) the tensor of slot `s`
-    /// in `dest` (logical shape, slot format), reusing `dest`'s shape buffer. ExecuTorch hands
-    /// XNNPACK dims in the tensor's dim order, so the dims are normally physical; the layout
-    /// pass may also produce an NCHW value for a slot tagged channels_last (harmless in
-    /// ExecuTorch when H = W = 1, where both orders share bytes): such data is logical
-    /// row-major and is laid out in the slot's format here.
+    /// in `dest` (logical shape, slot format; see [`Program::settled_shape`]), reusing
+    /// `dest`'s shape buffer.
     fn settle(
         &self,
         ctx: &Ctx,
@@ -156,43 +188,14 @@ impl Program {
         let spec = &self.l.slots[s];
         let err = |what: String| RuntimeError::Shape { step, what };
         let mut shape = dest.take().map(|t| t.shape).unwrap_or_default();
-        let ord = &self.l.orders[s];
-        let ord = if ord.len() == dims.len() { ord.as_slice() } else { &IDENTITY[..dims.len().min(8)] };
-        shape.clear();
-        shape.resize(dims.len(), 0);
-        for (pos, &d) in ord.iter().enumerate() {
-            shape[d] = dims[pos];
+        if let Some(fmt_ord) = self.settled_shape(s, dims, &mut shape).map_err(err)? {
+            let mut moved = Owned::zeros(super::super::plan::dt_of_owned(&data), dims.iter().product());
+            super::super::kernels::transpose::transpose(ctx, data.view(), dims, &fmt_ord, moved.view_mut())
+                .map_err(|e| err(format!("slot {s}: {e}")))?;
+            data = moved;
         }
-        let physical = dims.len() == spec.rank() && spec.check_shape(&shape).is_ok();
-        if physical {
-            // Physical dims: the data is already in the slot's layout.
-        } else if dims.len() == spec.rank() && spec.check_shape(dims).is_ok() {
-            // Logical row-major data: lay it out in the slot's format.
-            let fmt_ord = dim_order(spec.format, dims.len());
-            let identity = fmt_ord.iter().enumerate().all(|(i, &d)| i == d);
-            if !identity {
-                let mut moved = Owned::zeros(super::super::plan::dt_of_owned(&data), dims.iter().product());
-                super::super::kernels::transpose::transpose(ctx, data.view(), dims, &fmt_ord, moved.view_mut())
-                    .map_err(|e| err(format!("slot {s}: {e}")))?;
-                data = moved;
-            }
-            shape.copy_from_slice(dims);
-        } else if !spec.is_dynamic() && dims.iter().product::<usize>() == spec.max_numel() {
-            // XNNPACK declares a 0-D value as [1]; the slot keeps the graph's rank.
-            shape = spec.max_shape();
-        } else {
-            return Err(err(format!("slot {s}: segment produced dims {dims:?} for shape {:?}", spec.max_shape())));
-        }
-        if !physical {
-            spec.check_shape(&shape).map_err(|e| err(format!("slot {s}: {e}")))?;
-        }
-        let data = match (data, spec.dtype) {
-            (Owned::F32(v), ElemType::F32) => TensorData::F32(v),
-            (Owned::F16(v), ElemType::F16) => TensorData::F16(v),
-            (Owned::Bf16(v), ElemType::Bf16) => TensorData::Bf16(v),
-            (Owned::I8(v), ElemType::Qs8) => TensorData::Qs8(v),
-            (_, d) => return Err(err(format!("slot {s}: segment output type differs from {d}"))),
-        };
+        let data = tensor_data(data, spec.dtype)
+            .ok_or_else(|| err(format!("slot {s}: segment output type differs from {}", spec.dtype)))?;
         *dest = Some(Tensor { shape, format: spec.format, quant: spec.quant, data });
         Ok(())
     }

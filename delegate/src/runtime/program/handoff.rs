@@ -58,6 +58,18 @@ pub(super) fn owned_of(data: TensorData) -> Owned {
     }
 }
 
+/// A segment output buffer as the data of a tensor of type `dt` (no copy); `None` when the
+/// buffer holds another type.
+pub(super) fn tensor_data(o: Owned, dt: ElemType) -> Option<TensorData> {
+    match (o, dt) {
+        (Owned::F32(v), ElemType::F32) => Some(TensorData::F32(v)),
+        (Owned::F16(v), ElemType::F16) => Some(TensorData::F16(v)),
+        (Owned::Bf16(v), ElemType::Bf16) => Some(TensorData::Bf16(v)),
+        (Owned::I8(v), ElemType::Qs8) => Some(TensorData::Qs8(v)),
+        _ => None,
+    }
+}
+
 /// Maps a checked input's error to the runtime's typed input errors.
 pub(super) fn input_error(index: usize, kind: GraphErrorKind) -> RuntimeError {
     match kind {

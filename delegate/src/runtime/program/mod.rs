@@ -6,14 +6,17 @@
 //! [`Bound::invoke`] reruns the program on them with no allocation and no re-check, as
 //! XNNPACK's setup/invoke split does. Both execute the same steps on the same kernels.
 //!
-//! [`load`] checks and plans a lowered program, [`execute`] runs its steps, [`handoff`]
-//! moves tensors between slots and segments, [`state`] holds the buffers reused across runs.
+//! [`load`] checks and plans a lowered program, [`execute`] runs its steps, [`direct`] runs a
+//! bound one-segment program without the step loop, [`handoff`] moves tensors between slots
+//! and segments, [`state`] holds the buffers reused across runs.
 
+mod direct;
 mod execute;
 mod handoff;
 mod load;
 mod state;
 
+pub(in crate::runtime) use direct::Direct;
 use handoff::input_error;
 pub(in crate::runtime) use state::RunState;
 use state::MAX_SPARE_STATES;
