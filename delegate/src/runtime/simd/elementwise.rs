@@ -472,6 +472,25 @@ fn chain_pair<'a>(
     }
 }
 
+/// Every step of a chain over one block of rows of `w` elements, operand `a` being `bo[a]`:
+/// pairs of binary steps in one pass where `chain_pair` takes them.
+#[inline(always)]
+fn chain_steps(steps: &[ChainStep], bo: [BlockOpd; CHAIN_ARGS], w: usize, o: &mut [f32], rounding: Isa) {
+    let opd = |s: Src| match s {
+        Src::Acc => BlockOpd::Acc,
+        Src::Arg(a) => bo[a],
+    };
+    let mut k = 0;
+    while k < steps.len() {
+        if chain_pair(steps, k, opd, w, o) {
+            k += 2;
+        } else {
+            chain_step(&steps[k], opd, w, o, rounding);
+            k += 1;
+        }
+    }
+}
+
 /// `o[i] = f(x[i])` for an operand `x` (the block itself, a row or a broadcast scalar).
 #[inline(always)]
 fn chain_unary(x: Opd, o: &mut [f32], f: impl Fn(f32) -> f32) {
@@ -516,6 +535,24 @@ multiversion! {
         if inner == 0 {
             return;
         }
+        if r == 1 {
+            // One dim: every operand is dense or one value, and a block is a run of the output.
+            let mut done = 0;
+            while done < out.len() {
+                let w = (out.len() - done).min(TILE);
+                let at = start + done;
+                let mut bo = [BlockOpd::Acc; CHAIN_ARGS];
+                for (a, b) in bo.iter_mut().enumerate().take(na) {
+                    *b = match lay.st[a][0] {
+                        0 => BlockOpd::Const(args[a][0]),
+                        _ => BlockOpd::Flat(&args[a][at - origin[a]..][..w]),
+                    };
+                }
+                chain_steps(steps, bo, w, &mut out[done..done + w], rounding);
+                done += w;
+            }
+            return;
+        }
         // Rows are indexed by the outer dims; the one just outside the rows is `rd` (none for a
         // single row), and a block of several rows stays inside it.
         let rd = r.checked_sub(2);
@@ -555,19 +592,7 @@ multiversion! {
                     _ => BlockOpd::Rows { base: x, stride: row_st },
                 };
             }
-            let opd = |s: Src| match s {
-                Src::Acc => BlockOpd::Acc,
-                Src::Arg(a) => bo[a],
-            };
-            let mut k = 0;
-            while k < steps.len() {
-                if chain_pair(steps, k, opd, w, o) {
-                    k += 2;
-                } else {
-                    chain_step(&steps[k], opd, w, o, rounding);
-                    k += 1;
-                }
-            }
+            chain_steps(steps, bo, w, o, rounding);
             done += rows * w;
             // Advance: along the row (part of a long row), or by `rows` rows with carries.
             if col + w < inner {
