@@ -1,7 +1,8 @@
 //! Plan-time fusion of a segment's nodes into groups that run as one pass, as XNNPACK does
 //! not (it runs every node as its own operator):
 //! - a square feeding a mean (`mean(x * x)` or `mean(square(x))`): the mean sums squares
-//!   as it reads `x`, the squared tensor is never written;
+//!   as it reads `x`, the squared tensor is never written; in fp32 the elementwise nodes
+//!   after the mean (`rsqrt(... + eps)`) run on its output in the same group (`Tail`);
 //! - a chain of elementwise nodes of one float type where each node's output is read only by
 //!   the next and has the chain's output shape (`x * r * w` with `r` and `w` broadcast): one
 //!   pass over the output, each operand read once.
