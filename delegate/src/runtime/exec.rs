@@ -250,7 +250,8 @@ impl SegmentPlan {
                             kernels::elementwise::clamp_f32(ctx, o, lo, hi);
                         }
                         if let (Some(t), Some(lay)) = (tail, lay) {
-                            let views = self.f32_views(&t.args, inputs, blocks, outs, shapes)?;
+                            let mut views = [&[][..]; super::simd::CHAIN_ARGS];
+                            self.f32_views(&t.args, inputs, blocks, outs, shapes, &mut views)?;
                             fused::run_chain(ctx, &t.steps, lay, &views[..t.args.len()], o);
                         }
                         Ok(())
@@ -275,7 +276,8 @@ impl SegmentPlan {
                         let k = args.len();
                         let out = match out {
                             ViewMut::F32(o) => {
-                                let views = self.f32_views(args, inputs, blocks, outs, shapes)?;
+                                let mut views = [&[][..]; super::simd::CHAIN_ARGS];
+                                self.f32_views(args, inputs, blocks, outs, shapes, &mut views)?;
                                 fused::run_chain(ctx, steps, lay, &views[..k], o);
                                 return Ok(());
                             }
@@ -434,15 +436,15 @@ impl SegmentPlan {
         blocks: &'a [Vec<Line>],
         outs: &'a [Owned],
         shapes: &[Vec<usize>],
-    ) -> Result<[&'a [f32]; super::simd::CHAIN_ARGS], String> {
-        let mut views: [&[f32]; super::simd::CHAIN_ARGS] = [&[]; super::simd::CHAIN_ARGS];
+        views: &mut [&'a [f32]; super::simd::CHAIN_ARGS],
+    ) -> Result<(), &'static str> {
         for (d, &a) in views.iter_mut().zip(args) {
             let View::F32(v) = self.view_of(a, inputs, blocks, outs, shapes) else {
-                return Err("fused fp32 group on a non-fp32 operand".into());
+                return Err("fused fp32 group on a non-fp32 operand");
             };
             *d = v;
         }
-        Ok(views)
+        Ok(())
     }
 
     /// The current contents of value `vi`.

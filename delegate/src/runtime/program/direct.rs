@@ -5,8 +5,8 @@
 //! does: the kernels, over buffers that were set up before. Same plan, same kernels, same
 //! bits as the step loop (`Program::execute`), without its per-run slot bookkeeping.
 
-use super::super::exec::{SegInput, SegInputs};
-use super::super::kernels::Ctx;
+use super::super::exec::SegInput;
+use super::super::kernels::{Ctx, View};
 use super::super::plan::Owned;
 use super::super::RuntimeError;
 use super::handoff::{owned_of, tensor_data, view_of};
@@ -72,6 +72,15 @@ impl Program {
         Some(Direct { ins: seg_ins, outs: out_of, bufs: Vec::with_capacity(outs.len()) })
     }
 
+    /// A segment input of the direct path.
+    fn direct_input<'a>(&'a self, from: From, dims: &'a [usize], inputs: &'a [Tensor]) -> SegInput<'a> {
+        let t = match from {
+            From::Input(k) => &inputs[k],
+            From::Const(c) => &self.l.constants[c].1,
+        };
+        SegInput { view: view_of(t), dims }
+    }
+
     /// Runs the program's segment on the bound `inputs` into the bound `outputs` in place.
     /// After an error the outputs' contents are unspecified (as `Bound::invoke` says).
     pub(in crate::runtime) fn invoke_direct(
@@ -85,20 +94,24 @@ impl Program {
             return Err(RuntimeError::InvalidProgram("a direct run of a program of several steps".into()));
         };
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
-        let seg_inputs = SegInputs::collect(d.ins.iter().map(|(from, dims)| {
-            let t = match *from {
-                From::Input(k) => &inputs[k],
-                From::Const(c) => &self.l.constants[c].1,
-            };
-            Ok::<_, std::convert::Infallible>(SegInput { view: view_of(t), dims })
-        }));
-        let Ok(seg_inputs) = seg_inputs;
+        // On the stack for the usual few inputs.
+        let mut few = [SegInput { view: View::F32(&[]), dims: &[] }; 4];
+        let many: Vec<SegInput>;
+        let seg_inputs = if d.ins.len() <= few.len() {
+            for (f, (from, dims)) in few.iter_mut().zip(&d.ins) {
+                *f = self.direct_input(*from, dims, inputs);
+            }
+            &few[..d.ins.len()]
+        } else {
+            many = d.ins.iter().map(|(from, dims)| self.direct_input(*from, dims, inputs)).collect();
+            &many[..]
+        };
         d.bufs.clear();
         for &(k, _) in &d.outs {
             d.bufs.push(owned_of(std::mem::replace(&mut outputs[k].data, TensorData::F32(Vec::new()))));
         }
         let (segments, scratch) = (&mut state.segments, &mut state.scratch);
-        let r = plan.run_into(&ctx, &mut segments[0], scratch, seg_inputs.as_slice(), &mut d.bufs, 0, self.opts.fuse);
+        let r = plan.run_into(&ctx, &mut segments[0], scratch, seg_inputs, &mut d.bufs, 0, self.opts.fuse);
         for (j, ((k, dims), buf)) in d.outs.iter().zip(d.bufs.drain(..)).enumerate() {
             let s = outs[j];
             outputs[*k].data = tensor_data(buf, self.l.slots[s].dtype).ok_or_else(|| {
