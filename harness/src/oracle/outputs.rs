@@ -88,12 +88,15 @@
 //!   reference's one rounding, not an infinity of the data: the exact value `e` is finite
 //!   with `T <= |e| <= M`, where `T = F + ulp(F)/2` (`F` the largest finite value: 65504 and
 //!   `T` = 65520 for fp16) is where rounding to nearest overflows. The delegate's own error
-//!   can leave its value just below `T`, so it may round to `F` instead: a finite `g` of the
-//!   reference's sign passes when some such `e` is within the bound of it,
-//!   `|g| >= T - (L + 2k + 4) u M - 2 k u_c M - ulp(F)` (and `M >= T`, up to the twin's own
-//!   rounding), the finite rule with `e` at its nearest admissible point. Without it real
-//!   XNNPACK's 65504 against the reference's +inf failed (fuzz seed 8, `shared_input` fp16
-//!   [32, 1, 2, 7] with specials).
+//!   can leave its value just below `T`, so it may round to `F` instead: a finite `g` passes
+//!   when some such `e` is within the bound of it, `T - g sign(r) <= (L + 2k + 4) u M +
+//!   2 k u_c M + ulp(F)` (and `M >= T`, up to the twin's own rounding), the finite rule with
+//!   `e` at its nearest admissible point. Without it real XNNPACK's 65504 against the
+//!   reference's +inf failed (fuzz seed 8, `shared_input` fp16 [32, 1, 2, 7] with specials).
+//!   A zero or a value of the other sign passes only where the bound itself exceeds `T`: a
+//!   sum that cancels to about zero in f32 times a huge factor, whose exact product still
+//!   overflows (fuzz seed 20261206, case 79161: fp16 `mul(mean(conv), conv)`, -0 in both
+//!   engines against +inf).
 //!   Signed zeros compare equal.
 //! - **Underflow.** The model above, `fl(v) = v (1 + d)` with `|d| <= u`, holds only at or
 //!   above the smallest normal value `λ` (`2^-126` for fp32 and bf16, `2^-14` for fp16).

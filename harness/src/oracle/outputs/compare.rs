@@ -342,19 +342,21 @@ impl<'e> Rule<'e> {
 
 impl Rule<'_> {
     /// An infinite reference `r` that is the rounding of a finite exact value (the twin's
-    /// magnitude is finite): the exact value `e` is at least `T` in size, the largest finite
-    /// value `F` plus half its ulp (where rounding to nearest overflows), and at most `M`.
-    /// A finite `g` of `r`'s sign is within the bound of some such `e` when
-    /// `|g| >= T - ((L + 2k + 4) u + 2 k u_c) M - ulp(F)` (the parent module's docs,
-    /// NaN and infinities).
+    /// magnitude is finite): the exact value `e` has `r`'s sign and is at least `T` in size,
+    /// the largest finite value `F` plus half its ulp (where rounding to nearest overflows),
+    /// and at most `M`. A finite `g` is within the bound of some such `e` when its distance to
+    /// the nearest one, `T - g sign(r)`, is at most `((L + 2k + 4) u + 2 k u_c) M + ulp(F)`
+    /// (the parent module's docs, NaN and infinities): near `T` for a `g` of `r`'s sign, and
+    /// a zero or a `g` of the other sign only where the bound itself exceeds `T` (a sum that
+    /// cancels to about zero, times a huge factor).
     fn overflowed_rounding(&self, i: usize, r: f64, g: f64) -> bool {
-        if self.tol.step.is_some() || g.signum() != r.signum() {
+        if self.tol.step.is_some() {
             return false;
         }
         let Some(m) = self.mag.and_then(|m| m.get(i).copied()).filter(|m| m.is_finite()) else { return false };
         let f = largest_finite(self.out);
         let t = f + ulp(self.out, f) / 2.0;
-        m * self.divisor >= t && g.abs() >= t - (self.c1 + self.c2) * m - ulp(self.out, f)
+        m * self.divisor >= t && t - g * r.signum() <= (self.c1 + self.c2) * m + ulp(self.out, f)
     }
 }
 
@@ -649,6 +651,31 @@ mod tests {
         assert!(compare_with(&r, &g, Some(&r), &tol).is_some());
         // A huge intermediate anywhere in the graph (the peak) excuses it too.
         assert!(compare(&r, None, &g, &Given { peak: 1.0e38, ..Given::default() }, &tol).is_none());
+    }
+
+    #[test]
+    fn an_overflowed_rounding_excuses_a_zero_only_where_the_bound_passes_the_overflow_point() {
+        // (fuzz seed 20261206, case 79161: fp16 mul(mean(conv), conv) where one conv sum of
+        // squares of ~6.5e3 cancels to about zero: the reference's exact product rounds to
+        // +inf, both f32 engines get -0; `outputs-fp16-cancelled-overflow.json`.)
+        let tol = tol(4, 2, ElemType::F32);
+        let (c1, c2) = tol.coefficients();
+        let r = Tensor::from_f64(&[2], ElemType::F16, None, &[f64::INFINITY, 1.0]);
+        let g = Tensor::from_f64(&[2], ElemType::F16, None, &[-0.0, 1.0]);
+        // Twin magnitudes whose bound reaches past T = 65520 by a margin: excused.
+        let big = 2.0 * 65536.0 / (c1 + c2);
+        let mag = Tensor::f32(&[2], vec![big as f32, 1.0]);
+        assert!(compare_with(&r, &g, Some(&mag), &tol).is_none());
+        let g = Tensor::from_f64(&[2], ElemType::F16, None, &[-1000.0, 1.0]);
+        assert!(compare_with(&r, &g, Some(&mag), &tol).is_none());
+        // A bound short of T: the exact value is at least T, a zero is not within it.
+        let small = 0.5 * 65520.0 / (c1 + c2);
+        let mag = Tensor::f32(&[2], vec![small as f32, 1.0]);
+        let g = Tensor::from_f64(&[2], ElemType::F16, None, &[0.0, 1.0]);
+        assert!(compare_with(&r, &g, Some(&mag), &tol).is_some());
+        // ... while a value of r's sign near F still passes there.
+        let g = Tensor::from_f64(&[2], ElemType::F16, None, &[65504.0, 1.0]);
+        assert!(compare_with(&r, &g, Some(&mag), &tol).is_none());
     }
 
     #[test]
