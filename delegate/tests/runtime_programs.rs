@@ -333,7 +333,10 @@ fn bound_invokes_give_the_run_bits_on_every_pattern() {
                         assert!(!b.runs_direct(), "{what}: new dims leave the direct path");
                         b.invoke().unwrap();
                         assert_eq!(b.runs_direct(), was, "{what}: the run after set_input resolves it again");
-                        assert!(same_bits(&b.outputs()[0], &p.run(std::slice::from_ref(&x)).unwrap()[0]), "{what} {tokens}");
+                        assert!(
+                            same_bits(&b.outputs()[0], &p.run(std::slice::from_ref(&x)).unwrap()[0]),
+                            "{what} {tokens}"
+                        );
                         b.invoke().unwrap();
                         assert!(same_bits(&b.outputs()[0], &p.run(&[x]).unwrap()[0]), "{what} {tokens} again");
                     }
