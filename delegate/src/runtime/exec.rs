@@ -69,32 +69,31 @@ pub struct SegInput<'a> {
     pub dims: &'a [usize],
 }
 
-/// Segment inputs for one run: on the stack for the usual few (no allocation per run).
-pub enum SegInputs<'a> {
-    Few([SegInput<'a>; 4], usize),
-    Many(Vec<SegInput<'a>>),
+impl SegInput<'_> {
+    /// No data: the filler of an input array before it is gathered.
+    pub const EMPTY: SegInput<'static> = SegInput { view: View::F32(&[]), dims: &[] };
 }
 
-impl<'a> SegInputs<'a> {
-    /// Collects `items`, stopping at the first error.
-    pub fn collect<E>(items: impl ExactSizeIterator<Item = Result<SegInput<'a>, E>>) -> Result<Self, E> {
-        let n = items.len();
-        if n > 4 {
-            return Ok(SegInputs::Many(items.collect::<Result<_, E>>()?));
-        }
-        let mut few = [SegInput { view: View::F32(&[]), dims: &[] }; 4];
-        for (f, b) in few.iter_mut().zip(items) {
+/// Segment inputs for one run, gathered into `few` (on the caller's stack) when there are at
+/// most four, else into `many`: no allocation per run for the usual few. Stops at the first
+/// error.
+#[inline]
+pub fn gather_inputs<'a, 'b, E>(
+    few: &'b mut [SegInput<'a>; 4],
+    many: &'b mut Vec<SegInput<'a>>,
+    mut items: impl ExactSizeIterator<Item = Result<SegInput<'a>, E>>,
+) -> Result<&'b [SegInput<'a>], E> {
+    let n = items.len();
+    if n > few.len() {
+        *many = items.collect::<Result<_, E>>()?;
+        return Ok(many);
+    }
+    for f in &mut few[..n] {
+        if let Some(b) = items.next() {
             *f = b?;
         }
-        Ok(SegInputs::Few(few, n))
     }
-
-    pub fn as_slice(&self) -> &[SegInput<'a>] {
-        match self {
-            SegInputs::Few(few, n) => &few[..*n],
-            SegInputs::Many(v) => v,
-        }
-    }
+    Ok(&few[..n])
 }
 
 /// A produced segment output: typed data and physical dims.

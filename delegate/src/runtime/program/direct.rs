@@ -5,13 +5,14 @@
 //! does: the kernels, over buffers that were set up before. Same plan, same kernels, same
 //! bits as the step loop (`Program::execute`), without its per-run slot bookkeeping.
 
-use super::super::exec::SegInput;
-use super::super::kernels::{Ctx, View};
+use super::super::exec::{gather_inputs, SegInput};
+use super::super::kernels::Ctx;
 use super::super::plan::Owned;
 use super::super::RuntimeError;
 use super::handoff::{owned_of, tensor_data, view_of};
 use super::{ExecStep, Home, Program, RunState};
 use reference::{Tensor, TensorData};
+use std::convert::Infallible;
 
 /// Where a segment input's tensor is.
 #[derive(Clone, Copy, Debug)]
@@ -94,18 +95,9 @@ impl Program {
             return Err(RuntimeError::InvalidProgram("a direct run of a program of several steps".into()));
         };
         let ctx = Ctx { isa: self.isa, pool: &self.pool };
-        // On the stack for the usual few inputs.
-        let mut few = [SegInput { view: View::F32(&[]), dims: &[] }; 4];
-        let many: Vec<SegInput>;
-        let seg_inputs = if d.ins.len() <= few.len() {
-            for (f, (from, dims)) in few.iter_mut().zip(&d.ins) {
-                *f = self.direct_input(*from, dims, inputs);
-            }
-            &few[..d.ins.len()]
-        } else {
-            many = d.ins.iter().map(|(from, dims)| self.direct_input(*from, dims, inputs)).collect();
-            &many[..]
-        };
+        let (mut few, mut many) = ([SegInput::EMPTY; 4], Vec::new());
+        let items = d.ins.iter().map(|(from, dims)| Ok::<_, Infallible>(self.direct_input(*from, dims, inputs)));
+        let Ok(seg_inputs) = gather_inputs(&mut few, &mut many, items);
         d.bufs.clear();
         for &(k, _) in &d.outs {
             d.bufs.push(owned_of(std::mem::replace(&mut outputs[k].data, TensorData::F32(Vec::new()))));

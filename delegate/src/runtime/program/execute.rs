@@ -1,7 +1,7 @@
 //! Running a program's steps over its slots: delegate segments on this runtime's plans (or
 //! another engine's executor) and portable ops, each output settled into its slot.
 
-use super::super::exec::{SegInput, SegInputs};
+use super::super::exec::{gather_inputs, SegInput};
 use super::super::kernels::{portable, Ctx};
 use super::super::plan::{BoundInput, Owned, ValuePlan};
 use super::super::RuntimeError;
@@ -70,11 +70,13 @@ impl Program {
                         seg_i += 1;
                         continue;
                     }
-                    let seg_inputs = SegInputs::collect(ins.iter().zip(dims.iter()).map(|(&s, d)| {
+                    let (mut few, mut many) = ([SegInput::EMPTY; 4], Vec::new());
+                    let items = ins.iter().zip(dims.iter()).map(|(&s, d)| {
                         let t = self.slot(s, inputs, written, written_in, run).ok_or_else(|| missing(s))?;
                         Ok(SegInput { view: view_of(t), dims: d })
-                    }))?;
-                    plan.run_into(&ctx, &mut segments[seg_i], scratch, seg_inputs.as_slice(), bufs, i, self.opts.fuse)?;
+                    });
+                    let seg_inputs = gather_inputs(&mut few, &mut many, items)?;
+                    plan.run_into(&ctx, &mut segments[seg_i], scratch, seg_inputs, bufs, i, self.opts.fuse)?;
                     for (k, &s) in outs.iter().enumerate() {
                         let Home::Written(w) = self.l.homes[s] else { unreachable!("`with_pool` checked") };
                         let data = std::mem::replace(&mut bufs[k], Owned::F32(Vec::new()));
