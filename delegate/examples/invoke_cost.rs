@@ -4,7 +4,7 @@
 //! bench's smallest).
 
 use delegate::runtime::{Program, RunOptions, ThreadPolicy};
-use delegate::{lower, LoweringMode};
+use delegate::{lower_with, LowerOptions, LoweringMode};
 use reference::graph::{GraphBuilder, TensorSpec};
 use reference::{ElemType, Tensor, TensorData};
 
@@ -35,7 +35,9 @@ fn main() {
     let w = g.constant(tensor(dt, &[d], (0..d).map(|i| 1.0 + i as f32 / 256.0).collect()));
     let y = g.mul(g.mul(x, inv), w);
     let graph = g.finish(&[y]).unwrap();
-    let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+    // bf16 delegated as the bench lowers it (`XnnpackPartitioner(enable_bf16=True)`).
+    let lowered =
+        lower_with(&graph, &LowerOptions { enable_bf16: true, ..LowerOptions::new(LoweringMode::StaticMean) }).unwrap();
     let threads = std::env::var("THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
     let opts = RunOptions { threads, policy: ThreadPolicy::CostModel, ..RunOptions::default() };
     let p = Program::new(&lowered, &opts).unwrap();

@@ -76,6 +76,8 @@ const NARROW_TILE: usize = 4096;
 /// with the last node's rounding, [`ChainStep::Round`]) narrowed into the output by the same
 /// conversions the unfused nodes use. Every other operand is in `args`, in f32 (broadcast
 /// operands widened whole: they are small); `args[k]` is unused where `dense[k]` is set.
+/// With AVX2 or AVX-512 the chain runs in registers instead (`simd::chain_narrow`, one pass,
+/// the same bits); the tiles are the scalar level's (and the `Bf16Truncates` mutant's).
 pub fn run_chain_narrow(
     ctx: &Ctx,
     steps: &[ChainStep],
@@ -98,6 +100,33 @@ pub fn run_chain_narrow(
     let n_dense = dense.iter().flatten().count();
     let small: usize = args.iter().zip(dense).filter(|(_, d)| d.is_none()).map(|(a, _)| a.len()).sum();
     let bytes = 2 * n * (1 + n_dense) + 4 * small;
+    #[cfg(feature = "mutants")]
+    let registers = !crate::mutants::is_active(crate::mutants::Mutant::Bf16Truncates);
+    #[cfg(not(feature = "mutants"))]
+    let registers = true;
+    if registers && simd::narrow_chain_available(isa) {
+        // Every step in registers, the dense operands widened as they are loaded: one pass.
+        let mut opds = [simd::NarrowOpd::F32(&[]); CHAIN_ARGS];
+        for ((o, &a), d) in opds.iter_mut().zip(args).zip(dense) {
+            *o = match d {
+                None => simd::NarrowOpd::F32(a),
+                Some(View::F16(h)) => simd::NarrowOpd::F16(h),
+                Some(View::Bf16(b)) => simd::NarrowOpd::Bf16(simd::bf16_bits(b)),
+                Some(_) => unreachable!("checked above"),
+            };
+        }
+        let opds = &opds[..args.len()];
+        match out {
+            ViewMut::F16(o) => ctx.par_chunks(o, bytes, 1024, false, |start, c| {
+                simd::chain_narrow(isa, steps, opds, lay, start, simd::NarrowDst::F16(c))
+            }),
+            ViewMut::Bf16(o) => ctx.par_chunks(o, bytes, 1024, false, |start, c| {
+                simd::chain_narrow(isa, steps, opds, lay, start, simd::NarrowDst::Bf16(simd::bf16_bits_mut(c)))
+            }),
+            o => return Err(format!("fused chain into {}", o.type_name())),
+        }
+        return Ok(());
+    }
     // One chunk of the output: per tile, widen the dense operands' elements of the tile into
     // `wide` (one tile per operand), run the chain, narrow.
     let chunk_tiles = |start: usize, len: usize, tl: usize, buf: &mut [f32], store: &mut dyn FnMut(usize, &[f32])| {

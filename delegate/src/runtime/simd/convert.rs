@@ -11,7 +11,8 @@ multiversion! {
         for i in 0..out.len() {
             let b = x[i].to_bits();
             let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
-            let r = ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+            // Wrapping: a negative NaN's bits can carry out (its result is the NaN branch's).
+            let r = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
             out[i] = if nan { ((b >> 16) as u16) | 0x0040 } else { r };
         }
     }
@@ -145,7 +146,7 @@ multiversion! {
         for v in x.iter_mut() {
             let b = v.to_bits();
             let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
-            let r = (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+            let r = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
             let q = if nan { (b >> 16) | 0x0040 } else { r };
             *v = f32::from_bits(q << 16);
         }

@@ -17,6 +17,7 @@ mod convert;
 mod elementwise;
 mod isa;
 mod mean;
+mod narrow_chain;
 mod product;
 mod transpose;
 
@@ -30,6 +31,7 @@ pub use isa::{available_isas, Isa};
 pub use mean::{
     col_sums_f32, col_sums_i8, row_sums_f32, row_sums_half, row_sums_i8, sum_rows_f32, sum_rows_i8, Half, Rows, Term,
 };
+pub use narrow_chain::{chain_narrow, narrow_chain_available, NarrowDst, NarrowOpd};
 pub use product::{
     conv_windows_f32, conv_windows_qs8, dot, dot_tile, gemm_rows, mul_acc, requantize, window_f32, window_qs8, Gemm,
     Lane, Requant, Start, Window,
