@@ -181,26 +181,24 @@ mod x86 {
         Bf16(*mut u16),
     }
 
-    /// bf16 bits (zero-extended into 32-bit lanes) to f32, a signalling NaN quieted
-    /// (`convert::bf16_to_f32`).
+    /// bf16 bits (zero-extended into 32-bit lanes) to f32. A signalling NaN stays signalling
+    /// here where `convert::bf16_to_f32` quiets it: every use quiets it the same way (an
+    /// arithmetic step, or the rounding and narrowing below), so the results are the same.
     #[inline(always)]
     unsafe fn widen_bf16(x: __m256i) -> __m256 {
-        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7f80));
-        let q = _mm256_or_si256(x, _mm256_and_si256(nan, _mm256_set1_epi32(0x0040)));
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(q))
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x))
     }
 
-    /// f32 to bf16 bits in the low half of each 32-bit lane: round to nearest even, a NaN
+    /// f32 rounded to bf16, as f32 bits whose low half is zero: round to nearest even, a NaN
     /// truncated and quieted (`convert::f32_to_bf16` and `round_bf16`).
     #[inline(always)]
-    unsafe fn narrow_bf16(v: __m256) -> __m256i {
+    unsafe fn round_bf16(v: __m256) -> __m256i {
         let b = _mm256_castps_si256(v);
-        let abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7fff_ffff));
-        let nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f80_0000));
-        let hi = _mm256_srli_epi32::<16>(b);
-        let lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-        let r = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb));
-        _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x0040)), nan)
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+        let r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
+        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+        let q = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x0040_0000)), nan);
+        _mm256_and_si256(q, _mm256_set1_epi32(0xffff_0000_u32 as i32))
     }
 
     #[inline(always)]
@@ -378,7 +376,7 @@ mod x86 {
                 }
                 ChainStep::Round(Narrow::F16) => each!(|u| round_f16(acc[u])),
                 ChainStep::Round(Narrow::Bf16) => {
-                    each!(|u| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(narrow_bf16(acc[u]))))
+                    each!(|u| _mm256_castsi256_ps(round_bf16(acc[u])))
                 }
             }
         }
@@ -391,7 +389,7 @@ mod x86 {
                 },
                 // SAFETY: as above.
                 Out::Bf16(o) => unsafe {
-                    let b = narrow_bf16(*a);
+                    let b = _mm256_srli_epi32::<16>(round_bf16(*a));
                     let p = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(b, b));
                     _mm_storeu_si128(o.add(i + u * L) as *mut __m128i, _mm256_castsi256_si128(p))
                 },
