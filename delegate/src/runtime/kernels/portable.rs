@@ -284,20 +284,26 @@ fn mean<'a>(
     let kst: Vec<usize> = kept.iter().map(|&d| st[d]).collect();
     let rst: Vec<usize> = axes.iter().map(|&d| st[d]).collect();
     let nr: usize = rshape.iter().product();
-    let mut red = Vec::with_capacity(nr);
-    walk(&rshape, [&rst], |[o]| red.push(o));
     let mut res = Vec::with_capacity(kshape.iter().product());
-    // Each output sums its inputs in logical index order, then divides; when those are
-    // consecutive in memory (reduced dims innermost), the sum runs over a plain slice.
-    let consecutive = red.iter().enumerate().all(|(i, &o)| i == o);
-    walk(&kshape, [&kst], |[base]| {
-        let sum = if consecutive {
-            v[base..base + nr].iter().fold(0f32, |sum, &e| sum + e)
-        } else {
-            red.iter().fold(0f32, |sum, &o| sum + v[base + o])
-        };
-        res.push(sum / nr as f32)
-    });
+    // Each output sums its inputs in logical index order, then divides. As ExecuTorch's
+    // `apply_on_flat_ix_with_stride_and_base` does for one reduced dim: a strided loop per
+    // output (a plain slice when the stride is 1); several reduced dims go through a table of
+    // their offsets (its `apply_on_flat_ix_with_dim_mask_and_base` walks them per element).
+    if let ([_], [stride]) = (&rshape[..], &rst[..]) {
+        let stride = *stride;
+        walk(&kshape, [&kst], |[base]| {
+            let sum = if stride == 1 {
+                v[base..base + nr].iter().fold(0f32, |sum, &e| sum + e)
+            } else {
+                v[base..].iter().step_by(stride).take(nr).fold(0f32, |sum, &e| sum + e)
+            };
+            res.push(sum / nr as f32)
+        });
+    } else {
+        let mut red = Vec::with_capacity(nr);
+        walk(&rshape, [&rst], |[o]| red.push(o));
+        walk(&kshape, [&kst], |[base]| res.push(red.iter().fold(0f32, |sum, &o| sum + v[base + o]) / nr as f32));
+    }
     let mut oshape = Vec::new();
     for (d, &s) in x.shape.iter().enumerate() {
         if !axes.contains(&d) {
