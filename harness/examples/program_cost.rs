@@ -1,0 +1,42 @@
+//! Time per bound invoke of one named bench program (StaticMean, cost model) at 1 and 2
+//! threads, the minimum of several batches (robust to bursts on a shared machine):
+//! `cargo run --release -p harness --example program_cost -- NAME [BATCHES] [RUNS]`
+//! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only.
+use delegate::runtime::{Program, RunOptions, ThreadPolicy};
+use delegate::{lower_with, LowerOptions, LoweringMode};
+use reference::data::{generate_inputs, DataOptions};
+use std::time::Instant;
+
+fn main() {
+    let mut a = std::env::args().skip(1);
+    let name = a.next().expect("usage: program_cost NAME [BATCHES] [RUNS]");
+    let batches: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(9);
+    let runs: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let p = harness::programs::find(&name).unwrap_or_else(|| panic!("no program {name}"));
+    let graph = p.graph().expect("program graph");
+    let opts = LowerOptions { enable_bf16: p.enable_bf16, ..LowerOptions::new(LoweringMode::StaticMean) };
+    let lowered = lower_with(&graph, &opts).expect("lowering");
+    // Each input at its spec's largest shape (the bench programs' are static).
+    let inputs = generate_inputs(&graph, &[], 1, &DataOptions::default());
+    let threads: Vec<usize> = match std::env::var("THREADS").ok().and_then(|s| s.parse().ok()) {
+        Some(t) => vec![t],
+        None => vec![1, 2],
+    };
+    for t in threads {
+        let prog = Program::new(
+            &lowered,
+            &RunOptions { threads: t, policy: ThreadPolicy::CostModel, ..RunOptions::default() },
+        )
+        .expect("program");
+        let mut b = prog.bind(inputs.clone()).expect("bind");
+        let mut best = f64::INFINITY;
+        for _ in 0..batches {
+            let s = Instant::now();
+            for _ in 0..runs {
+                b.invoke().expect("invoke");
+            }
+            best = best.min(s.elapsed().as_nanos() as f64 / runs as f64);
+        }
+        println!("{name} threads {t}: {:.2} us (minimum of {batches} batches of {runs})", best / 1e3);
+    }
+}
