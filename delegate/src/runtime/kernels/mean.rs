@@ -290,7 +290,7 @@ fn square_rounded(isa: simd::Isa, to: simd::Narrow, x: &mut [f32]) {
 const TILE: usize = 4096;
 
 /// The mean of fp16/bf16 rows `[outputs, len]` (a last-dim mean) into `out` (f32, sized
-/// here): widened as loaded where the ISA has a kernel (fp16 squares too), else a tile of
+/// here): widened as loaded where the ISA has a kernel (squares too), else a tile of
 /// rows at a time into the thread's work tile rather than the whole input into scratch; the
 /// same `row_sums_f32` on the same f32 values either way, so the same bits, without writing
 /// and rereading an f32 copy of the input (with `squares`, of the rounded squares of the

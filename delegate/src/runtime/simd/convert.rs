@@ -154,9 +154,35 @@ multiversion! {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use half::f16;
     use std::arch::x86_64::*;
+
+    /// f32 rounded to bf16 in 8 lanes, as f32 bits whose low half is zero: round to nearest
+    /// even, a NaN truncated and quieted (`f32_to_bf16` and `round_bf16`, lane by lane).
+    /// For the register kernels of `narrow_chain` and `mean`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::runtime::simd) fn round_bf16_8(v: __m256) -> __m256i {
+        let b = _mm256_castps_si256(v);
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+        let r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
+        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+        let q = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x0040_0000)), nan);
+        _mm256_and_si256(q, _mm256_set1_epi32(0xffff_0000_u32 as i32))
+    }
+
+    /// [`round_bf16_8`] in 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::runtime::simd) fn round_bf16_16(v: __m512) -> __m512i {
+        let b = _mm512_castps_si512(v);
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+        let r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb);
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        let q = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(b, _mm512_set1_epi32(0x0040_0000)));
+        _mm512_and_si512(q, _mm512_set1_epi32(0xffff_0000_u32 as i32))
+    }
 
     /// # Safety
     /// AVX2 and F16C available; `x.len() == out.len()`.

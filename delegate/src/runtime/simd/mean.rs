@@ -206,12 +206,19 @@ fn row_sums<const SQ: bool>(isa: Isa, x: &[f32], base: usize, len: usize, scale:
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detection proven by `Isa`; `rows.check` bounds every row; writes stay in `out`.
         Level::Avx2 => unsafe {
-            x86::row_sums_avx2::<SQ, SRC_F32, false>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
+            x86::row_sums_avx2::<SQ, SRC_F32, RND_NONE>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
         Level::Avx512 => unsafe {
-            x86::row_sums_avx512::<SQ, SRC_F32, false>(x.as_ptr() as *const u8, base, len, scale, out, mut_drop_tail())
+            x86::row_sums_avx512::<SQ, SRC_F32, RND_NONE>(
+                x.as_ptr() as *const u8,
+                base,
+                len,
+                scale,
+                out,
+                mut_drop_tail(),
+            )
         },
     }
     #[cfg(feature = "mutants")]
@@ -224,6 +231,11 @@ fn row_sums<const SQ: bool>(isa: Isa, x: &[f32], base: usize, len: usize, scale:
 const SRC_F32: u8 = 0;
 const SRC_F16: u8 = 1;
 const SRC_BF16: u8 = 2;
+/// The rounding of each term before it is summed: none, to fp16 or to bf16 and back (a fused
+/// square node's output).
+const RND_NONE: u8 = 0;
+const RND_F16: u8 = 1;
+const RND_BF16: u8 = 2;
 
 /// A half-width float array for [`row_sums_half`].
 #[derive(Clone, Copy)]
@@ -235,9 +247,10 @@ pub enum Half<'a> {
 
 /// [`row_sums_f32`] (`Term::Value`) of fp16/bf16 rows, each value widened as it is loaded:
 /// the same sums of the same f32 values in the same order, so the same bits as widening the
-/// rows first, without writing them. With `squares`, of fp16 values' squares each rounded to
-/// fp16 (a fused fp16 square and mean: the same bits as squaring, rounding and summing in
-/// three passes). `false` (nothing done) on the scalar path and for squares of bf16.
+/// rows first, without writing them. With `squares`, of the values' squares each rounded to
+/// the input's type (a fused fp16/bf16 square and mean: the same bits as squaring, rounding
+/// and summing in three passes). `false` (nothing done) on the scalar path, and for squares
+/// of bf16 under the `Bf16Truncates` mutant (its tiled path applies the seeded bug).
 pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out: &mut [f32], squares: bool) -> bool {
     let (ptr, n) = match x {
         Half::F16(h) => (h.as_ptr() as *const u8, h.len()),
@@ -246,7 +259,11 @@ pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out
     let rows = Rows { base, n: [out.len(), 1, 1], st: [len, 0, 0], len };
     rows.check(n);
     let f16 = matches!(x, Half::F16(_));
-    if isa.is_scalar() || (squares && !f16) {
+    #[cfg(feature = "mutants")]
+    if squares && !f16 && crate::mutants::is_active(crate::mutants::Mutant::Bf16Truncates) {
+        return false;
+    }
+    if isa.is_scalar() {
         return false;
     }
     if len == 0 {
@@ -260,18 +277,20 @@ pub fn row_sums_half(isa: Isa, x: Half, base: usize, len: usize, scale: f32, out
         // SAFETY: a non-scalar `Isa` proves AVX2 and F16C; `rows.check` bounds every row.
         Level::Avx2 => unsafe {
             match (f16, squares) {
-                (true, false) => x86::row_sums_avx2::<false, SRC_F16, false>(ptr, base, len, scale, out, drop),
-                (true, true) => x86::row_sums_avx2::<true, SRC_F16, true>(ptr, base, len, scale, out, drop),
-                (false, _) => x86::row_sums_avx2::<false, SRC_BF16, false>(ptr, base, len, scale, out, drop),
+                (true, false) => x86::row_sums_avx2::<false, SRC_F16, RND_NONE>(ptr, base, len, scale, out, drop),
+                (true, true) => x86::row_sums_avx2::<true, SRC_F16, RND_F16>(ptr, base, len, scale, out, drop),
+                (false, false) => x86::row_sums_avx2::<false, SRC_BF16, RND_NONE>(ptr, base, len, scale, out, drop),
+                (false, true) => x86::row_sums_avx2::<true, SRC_BF16, RND_BF16>(ptr, base, len, scale, out, drop),
             }
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above for AVX-512F.
         Level::Avx512 => unsafe {
             match (f16, squares) {
-                (true, false) => x86::row_sums_avx512::<false, SRC_F16, false>(ptr, base, len, scale, out, drop),
-                (true, true) => x86::row_sums_avx512::<true, SRC_F16, true>(ptr, base, len, scale, out, drop),
-                (false, _) => x86::row_sums_avx512::<false, SRC_BF16, false>(ptr, base, len, scale, out, drop),
+                (true, false) => x86::row_sums_avx512::<false, SRC_F16, RND_NONE>(ptr, base, len, scale, out, drop),
+                (true, true) => x86::row_sums_avx512::<true, SRC_F16, RND_F16>(ptr, base, len, scale, out, drop),
+                (false, false) => x86::row_sums_avx512::<false, SRC_BF16, RND_NONE>(ptr, base, len, scale, out, drop),
+                (false, true) => x86::row_sums_avx512::<true, SRC_BF16, RND_BF16>(ptr, base, len, scale, out, drop),
             }
         },
     }
@@ -346,28 +365,28 @@ mod x86 {
         }
     }
 
-    /// [`t8`], then with `RF16` rounded to fp16 and back (nearest-even, as `round_to` rounds
-    /// a square node's fp16 output before the mean reads it).
+    /// [`t8`], then with `RND` rounded to fp16 or bf16 and back (nearest-even, as `round_to`
+    /// rounds a square node's output before the mean reads it).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn r8<const SQ: bool, const RF16: bool>(v: __m256) -> __m256 {
+    fn r8<const SQ: bool, const RND: u8>(v: __m256) -> __m256 {
         let t = t8::<SQ>(v);
-        if RF16 {
-            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(t))
-        } else {
-            t
+        match RND {
+            super::RND_F16 => _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(t)),
+            super::RND_BF16 => _mm256_castsi256_ps(crate::runtime::simd::convert::x86::round_bf16_8(t)),
+            _ => t,
         }
     }
 
     /// [`r8`] for 16 lanes.
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    fn r16<const SQ: bool, const RF16: bool>(v: __m512) -> __m512 {
+    fn r16<const SQ: bool, const RND: u8>(v: __m512) -> __m512 {
         let t = t16::<SQ>(v);
-        if RF16 {
-            _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(t))
-        } else {
-            t
+        match RND {
+            super::RND_F16 => _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(t)),
+            super::RND_BF16 => _mm512_castsi512_ps(crate::runtime::simd::convert::x86::round_bf16_16(t)),
+            _ => t,
         }
     }
 
@@ -558,7 +577,7 @@ mod x86 {
     /// AVX2 and F16C available; rows `base + r*len .. + len` for `r < out.len()` inside the
     /// allocation behind `x`, an array of `SRC`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn row_sums_avx2<const SQ: bool, const SRC: u8, const RF16: bool>(
+    pub unsafe fn row_sums_avx2<const SQ: bool, const SRC: u8, const RND: u8>(
         x: *const u8,
         base: usize,
         len: usize,
@@ -578,18 +597,18 @@ mod x86 {
                     (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut j = 0;
                 while j + 32 <= len {
-                    a0 = _mm256_add_ps(a0, r8::<SQ, RF16>(ld8::<SRC>(x, p + j)));
-                    a1 = _mm256_add_ps(a1, r8::<SQ, RF16>(ld8::<SRC>(x, p + j + 8)));
-                    a2 = _mm256_add_ps(a2, r8::<SQ, RF16>(ld8::<SRC>(x, p + j + 16)));
-                    a3 = _mm256_add_ps(a3, r8::<SQ, RF16>(ld8::<SRC>(x, p + j + 24)));
+                    a0 = _mm256_add_ps(a0, r8::<SQ, RND>(ld8::<SRC>(x, p + j)));
+                    a1 = _mm256_add_ps(a1, r8::<SQ, RND>(ld8::<SRC>(x, p + j + 8)));
+                    a2 = _mm256_add_ps(a2, r8::<SQ, RND>(ld8::<SRC>(x, p + j + 16)));
+                    a3 = _mm256_add_ps(a3, r8::<SQ, RND>(ld8::<SRC>(x, p + j + 24)));
                     j += 32;
                 }
                 while j + 8 <= len {
-                    a1 = _mm256_add_ps(a1, r8::<SQ, RF16>(ld8::<SRC>(x, p + j)));
+                    a1 = _mm256_add_ps(a1, r8::<SQ, RND>(ld8::<SRC>(x, p + j)));
                     j += 8;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm256_add_ps(a2, r8::<SQ, RF16>(ld8_tail::<SRC>(x, p + j, tail, m)));
+                    a2 = _mm256_add_ps(a2, r8::<SQ, RND>(ld8_tail::<SRC>(x, p + j, tail, m)));
                 }
                 let s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
                 let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
@@ -642,7 +661,7 @@ mod x86 {
     /// AVX-512F and F16C available; rows `base + r*len .. + len` for `r < out.len()` inside the
     /// allocation behind `x`, an array of `SRC`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub unsafe fn row_sums_avx512<const SQ: bool, const SRC: u8, const RF16: bool>(
+    pub unsafe fn row_sums_avx512<const SQ: bool, const SRC: u8, const RND: u8>(
         x: *const u8,
         base: usize,
         len: usize,
@@ -660,18 +679,18 @@ mod x86 {
                     (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
                 let mut j = 0;
                 while j + 64 <= len {
-                    a0 = _mm512_add_ps(a0, r16::<SQ, RF16>(ld16::<SRC>(x, p + j)));
-                    a1 = _mm512_add_ps(a1, r16::<SQ, RF16>(ld16::<SRC>(x, p + j + 16)));
-                    a2 = _mm512_add_ps(a2, r16::<SQ, RF16>(ld16::<SRC>(x, p + j + 32)));
-                    a3 = _mm512_add_ps(a3, r16::<SQ, RF16>(ld16::<SRC>(x, p + j + 48)));
+                    a0 = _mm512_add_ps(a0, r16::<SQ, RND>(ld16::<SRC>(x, p + j)));
+                    a1 = _mm512_add_ps(a1, r16::<SQ, RND>(ld16::<SRC>(x, p + j + 16)));
+                    a2 = _mm512_add_ps(a2, r16::<SQ, RND>(ld16::<SRC>(x, p + j + 32)));
+                    a3 = _mm512_add_ps(a3, r16::<SQ, RND>(ld16::<SRC>(x, p + j + 48)));
                     j += 64;
                 }
                 while j + 16 <= len {
-                    a1 = _mm512_add_ps(a1, r16::<SQ, RF16>(ld16::<SRC>(x, p + j)));
+                    a1 = _mm512_add_ps(a1, r16::<SQ, RND>(ld16::<SRC>(x, p + j)));
                     j += 16;
                 }
                 if tail != 0 && !drop_tail {
-                    a2 = _mm512_add_ps(a2, r16::<SQ, RF16>(ld16_tail::<SRC>(x, p + j, tail, m)));
+                    a2 = _mm512_add_ps(a2, r16::<SQ, RND>(ld16_tail::<SRC>(x, p + j, tail, m)));
                 }
                 *o = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) * scale;
             }
@@ -969,8 +988,19 @@ mod tests {
                 if done {
                     assert_eq!(bits(&got), bits(&want), "{} len {len} squares", isa.name());
                 }
-                // bf16 squares are not fused here (the caller's tiled path squares them).
-                assert!(!row_sums_half(isa, Half::Bf16(b16), base, len, 0.5, &mut got, true));
+                // bf16: squares rounded to bf16 by the unfused square's rounding, then summed.
+                let mut wide: Vec<f32> = b[base..base + rows * len].iter().map(|v| v.to_f32()).collect();
+                for v in wide.iter_mut() {
+                    *v *= *v;
+                }
+                crate::runtime::simd::round_to(isa, crate::runtime::simd::Narrow::Bf16, &mut wide);
+                row_sums_f32(isa, &wide, 0, len, 0.5, &mut want, Term::Value);
+                let mut got = vec![f32::NAN; rows];
+                let done = row_sums_half(isa, Half::Bf16(b16), base, len, 0.5, &mut got, true);
+                assert_eq!(done, !isa.is_scalar(), "{}", isa.name());
+                if done {
+                    assert_eq!(bits(&got), bits(&want), "{} len {len} bf16 squares", isa.name());
+                }
             }
         }
     }

@@ -140,6 +140,7 @@ fn rows(steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{ChainStep, Narrow, CHAIN_ARGS};
+    use crate::runtime::simd::convert::x86::round_bf16_8 as round_bf16;
     use crate::runtime::simd::elementwise::{BinOp, Src};
     use half::f16;
     use std::arch::x86_64::*;
@@ -187,18 +188,6 @@ mod x86 {
     #[inline(always)]
     unsafe fn widen_bf16(x: __m256i) -> __m256 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x))
-    }
-
-    /// f32 rounded to bf16, as f32 bits whose low half is zero: round to nearest even, a NaN
-    /// truncated and quieted (`convert::f32_to_bf16` and `round_bf16`).
-    #[inline(always)]
-    unsafe fn round_bf16(v: __m256) -> __m256i {
-        let b = _mm256_castps_si256(v);
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
-        let r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
-        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
-        let q = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x0040_0000)), nan);
-        _mm256_and_si256(q, _mm256_set1_epi32(0xffff_0000_u32 as i32))
     }
 
     #[inline(always)]
