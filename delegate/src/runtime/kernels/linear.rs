@@ -44,22 +44,24 @@ fn dots_in_place(isa: simd::Isa, out: &mut [f32], first: usize, x: &[f32], w: &[
     if out.is_empty() || n == 0 {
         return;
     }
+    // Four-by-four tiles where there are registers for them, on blocks of four weight rows or more.
+    let tile4 = isa.wide_registers();
     let (r0, c0) = (first / n, first % n);
     let head = if c0 == 0 { 0 } else { (n - c0).min(out.len()) };
     let (head_out, rest) = out.split_at_mut(head);
-    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], &w[c0 * k..], (1, head, k));
+    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], &w[c0 * k..], (1, head, k), tile4);
     let r1 = if head > 0 { r0 + 1 } else { r0 };
     let full = rest.len() / n;
     let (rows, tail) = rest.split_at_mut(full * n);
-    let block = (WEIGHT_BLOCK_BYTES / (4 * k.max(1))).max(2);
+    let block = (WEIGHT_BLOCK_BYTES / (4 * k.max(1))).max(if tile4 { 4 } else { 2 });
     if full > 0 {
         for cb in (0..n).step_by(block) {
             let cols = block.min(n - cb);
-            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], &w[cb * k..], (full, cols, k));
+            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], &w[cb * k..], (full, cols, k), tile4);
         }
     }
     let r2 = r1 + full;
-    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], w, (usize::from(!tail.is_empty()), tail.len(), k));
+    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], w, (usize::from(!tail.is_empty()), tail.len(), k), tile4);
 }
 
 /// The weights as the kernel reads them.
@@ -182,6 +184,8 @@ mod tests {
             (3, 130, 130),
             // Past SMALL_WEIGHTS: weight blocks of 27 rows (27 + 27 + 16), odd rows, k % 16 != 0.
             (5, 300, 70),
+            // Four-row tiles (AVX-512) with leftover rows and columns, k % 16 != 0.
+            (11, 272, 63),
         ] {
             let x = values(m * k, (m * 31 + k) as u64);
             let w = values(n * k, (n * 17 + k) as u64);

@@ -52,6 +52,18 @@ impl Isa {
         self.0 == Level::Scalar
     }
 
+    /// 32 vector registers of 16 lanes (AVX-512): room for a 4x4 tile of 16-lane accumulators.
+    pub fn wide_registers(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.0 == Level::Avx512
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self.0 {
             Level::Scalar => "scalar",
