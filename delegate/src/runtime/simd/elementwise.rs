@@ -214,6 +214,25 @@ pub struct ChainLayout {
     pub st: [[usize; CHAIN_RANK]; CHAIN_ARGS],
 }
 
+impl ChainLayout {
+    /// Where output element `start` lies: the outer dims' indices, each of the first `na`
+    /// operands' offset at the start of its row, and the column in the row (innermost dim).
+    pub(super) fn position(&self, na: usize, start: usize) -> ([usize; CHAIN_RANK], [usize; CHAIN_ARGS], usize) {
+        let (r, inner) = (self.rank, self.dims[self.rank - 1]);
+        let mut idx = [0usize; CHAIN_RANK];
+        let mut off = [0usize; CHAIN_ARGS];
+        let mut rem = start / inner;
+        for k in (0..r - 1).rev() {
+            idx[k] = rem % self.dims[k];
+            rem /= self.dims[k];
+            for (o, st) in off.iter_mut().zip(&self.st).take(na) {
+                *o += idx[k] * st[k];
+            }
+        }
+        (idx, off, start % inner)
+    }
+}
+
 /// Elements evaluated step by step in one block (whole rows, as many as fit, or part of one
 /// long row): 16 KiB per operand, so a chain's passes over a block stay in L2 (pairs of steps
 /// are one pass, see `chain_pair`). Measured on RMSNorm's `x * r * w` over 1x128x2048 at one
@@ -556,17 +575,7 @@ multiversion! {
         // Rows are indexed by the outer dims; the one just outside the rows is `rd` (none for a
         // single row), and a block of several rows stays inside it.
         let rd = r.checked_sub(2);
-        let mut idx = [0usize; CHAIN_RANK];
-        let mut off = [0usize; CHAIN_ARGS];
-        let mut rem = start / inner;
-        for k in (0..r - 1).rev() {
-            idx[k] = rem % lay.dims[k];
-            rem /= lay.dims[k];
-            for (o, st) in off.iter_mut().zip(&lay.st).take(na) {
-                *o += idx[k] * st[k];
-            }
-        }
-        let mut col = start % inner;
+        let (mut idx, mut off, mut col) = lay.position(na, start);
         let mut done = 0;
         while done < out.len() {
             let left = out.len() - done;

@@ -78,19 +78,9 @@ fn rows(steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize
     if inner == 0 || n == 0 {
         return;
     }
-    // Per operand, its element under the current output element (row-major odometer over the
+    // Per operand, its element under the current row's start (row-major odometer over the
     // outer dims, as `chain_rows` walks them).
-    let mut idx = [0usize; CHAIN_RANK];
-    let mut off = [0usize; CHAIN_ARGS];
-    let mut rem = start / inner;
-    for k in (0..r - 1).rev() {
-        idx[k] = rem % lay.dims[k];
-        rem /= lay.dims[k];
-        for (o, st) in off.iter_mut().zip(&lay.st).take(na) {
-            *o += idx[k] * st[k];
-        }
-    }
-    let mut col = start % inner;
+    let (mut idx, mut off, mut col) = lay.position(na, start);
     let mut done = 0;
     while done < n {
         let w = (inner - col).min(n - done);
