@@ -9,9 +9,10 @@
 //! The arithmetic per element is `chain_rows`' (the unfused kernels'): IEEE f32 add, sub, mul,
 //! div and sqrt without contraction, `1 / sqrt(v)`, the same NaN-keeping clamp, and the
 //! conversions of the unfused nodes on a non-scalar ISA (F16C's `vcvtph2ps` and `vcvtps2ph`
-//! rounding to nearest even; `convert::round_bf16`'s rounding; `bf16_to_f32`'s quieting of a
-//! signalling NaN), so the same bits (`delegate/tests/runtime_fusion.rs` compares the fused and unfused plans; this file's test the
-//! two paths on NaNs, infinities, subnormals, fp16's overflow edge and rounding ties).
+//! rounding to nearest even; `convert::round_bf16`'s rounding), so the same values: NaN where
+//! they have NaN (a payload may differ, as it may between any two IEEE evaluations).
+//! `delegate/tests/runtime_fusion.rs` compares the fused and unfused plans; this file's test
+//! the two paths on NaNs, infinities, subnormals, fp16's overflow edge and rounding ties.
 
 use super::convert::Narrow;
 use super::elementwise::{ChainLayout, ChainStep, CHAIN_ARGS, CHAIN_RANK};
