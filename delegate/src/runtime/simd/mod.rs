@@ -1,8 +1,9 @@
 //! The runtime's SIMD kernels and the `unsafe` they need, in one room per job: CPU feature
 //! detection and the instruction-set token ([`isa`]), byte-buffer casts ([`bytes`]), the mean
-//! kernels ([`mean`]: hand-written AVX2/AVX-512 row and column sums), and the multiversioned
-//! plain-Rust kernels ([`elementwise`], [`product`], [`convert`], [`transpose`]). Every kernel
-//! is behind a safe function.
+//! kernels ([`mean`]: hand-written AVX2/AVX-512 row and column sums), fp16/bf16 elementwise
+//! chains in registers ([`narrow_chain`], AVX2), and the multiversioned plain-Rust kernels
+//! ([`elementwise`], [`product`], [`convert`], [`transpose`]). Every kernel is behind a safe
+//! function.
 //!
 //! Soundness rests on two private invariants, each checked in this module and nowhere else:
 //! - an [`Isa`] other than scalar can only be built by [`Isa::avx2`]/[`Isa::avx512`], which
