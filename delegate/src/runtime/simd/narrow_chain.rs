@@ -235,16 +235,22 @@ mod x86 {
         let mut i = 0;
         while i < full {
             // SAFETY: i + B <= w, and every pointer holds w elements (asserted above).
-            unsafe { block(steps, &ptr[..na], &splat, i, out) };
+            unsafe { block::<U>(steps, &ptr[..na], &splat, i, out) };
             i += B;
+        }
+        // The rest a vector at a time, in place.
+        while i + L <= w {
+            // SAFETY: i + L <= w, as above.
+            unsafe { block::<1>(steps, &ptr[..na], &splat, i, out) };
+            i += L;
         }
         if i == w {
             return;
         }
-        // The last partial block through zero-padded copies (padding lanes are computed and
+        // The last partial vector through zero-padded copies (padding lanes are computed and
         // dropped; no FP exception traps).
         let m = w - i;
-        let (mut f, mut h) = ([[0f32; B]; CHAIN_ARGS], [[0u16; B]; CHAIN_ARGS]);
+        let (mut f, mut h) = ([[0f32; L]; CHAIN_ARGS], [[0u16; L]; CHAIN_ARGS]);
         for (k, o) in ops.iter().enumerate() {
             match *o {
                 RowOpd::F32(x) => f[k][..m].copy_from_slice(&x[i..]),
@@ -262,13 +268,13 @@ mod x86 {
                 Ptr::Splat => Ptr::Splat,
             };
         }
-        let mut o = [0u16; B];
+        let mut o = [0u16; L];
         let tout = match out {
             Out::F16(_) => Out::F16(o.as_mut_ptr() as *mut f16),
             Out::Bf16(_) => Out::Bf16(o.as_mut_ptr()),
         };
-        // SAFETY: every padded buffer holds B elements; f16 is a u16 (`repr(transparent)`).
-        unsafe { block(steps, &tp[..na], &splat, 0, tout) };
+        // SAFETY: every padded buffer holds L elements; f16 is a u16 (`repr(transparent)`).
+        unsafe { block::<1>(steps, &tp[..na], &splat, 0, tout) };
         // SAFETY: `out` holds w = i + m elements (its slice's length).
         unsafe {
             match out {
@@ -278,16 +284,16 @@ mod x86 {
         }
     }
 
-    /// `U` vectors of an operand from element `i` on, widened.
+    /// `N` vectors of an operand from element `i` on, widened.
     ///
     /// # Safety
-    /// AVX2 and F16C available; a non-splat pointer valid for `i + B` elements.
+    /// AVX2 and F16C available; a non-splat pointer valid for `i + N * L` elements.
     #[inline(always)]
-    unsafe fn load(p: Ptr, splat: __m256, i: usize) -> [__m256; U] {
-        let mut v = [splat; U];
+    unsafe fn load<const N: usize>(p: Ptr, splat: __m256, i: usize) -> [__m256; N] {
+        let mut v = [splat; N];
         for (u, r) in v.iter_mut().enumerate() {
             let at = i + u * L;
-            // SAFETY: the caller's contract (`at + L <= i + B`).
+            // SAFETY: the caller's contract (`at + L <= i + N * L`).
             *r = unsafe {
                 match p {
                     Ptr::F32(x) => _mm256_loadu_ps(x.add(at)),
@@ -300,27 +306,34 @@ mod x86 {
         v
     }
 
-    /// Elements `i..i + B` of a row: every step on operands loaded (and widened) as the step
-    /// reads them, then the narrowed store. Inlined into `row`, whose target features it uses.
+    /// Elements `i..i + N * L` of a row: every step on operands loaded (and widened) as the
+    /// step reads them, then the narrowed store. Inlined into `row`, whose target features it
+    /// uses.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C available; every non-splat pointer and `out` valid for `i + B`
+    /// AVX2, FMA and F16C available; every non-splat pointer and `out` valid for `i + N * L`
     /// elements; every `Src::Arg` of `steps` below `ptr.len()`.
     #[inline(always)]
-    unsafe fn block(steps: &[ChainStep], ptr: &[Ptr], splat: &[__m256; CHAIN_ARGS], i: usize, out: Out) {
-        let mut acc = [_mm256_setzero_ps(); U];
+    unsafe fn block<const N: usize>(
+        steps: &[ChainStep],
+        ptr: &[Ptr],
+        splat: &[__m256; CHAIN_ARGS],
+        i: usize,
+        out: Out,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); N];
         macro_rules! src {
             ($s:expr) => {
                 match $s {
                     Src::Acc => acc,
                     // SAFETY: the caller's contract.
-                    Src::Arg(k) => unsafe { load(ptr[k], splat[k], i) },
+                    Src::Arg(k) => unsafe { load::<N>(ptr[k], splat[k], i) },
                 }
             };
         }
         macro_rules! each {
             (|$u:ident| $e:expr) => {
-                for $u in 0..U {
+                for $u in 0..N {
                     acc[$u] = $e;
                 }
             };
