@@ -231,6 +231,32 @@ impl ChainLayout {
         }
         (idx, off, start % inner)
     }
+
+    /// Moves a [`ChainLayout::position`] on by `rows` rows (within the dim just outside the
+    /// rows), carrying into the outer dims as an odometer does.
+    pub(super) fn advance_rows(
+        &self,
+        na: usize,
+        idx: &mut [usize; CHAIN_RANK],
+        off: &mut [usize; CHAIN_ARGS],
+        rows: usize,
+    ) {
+        let mut step = rows;
+        for k in (0..self.rank - 1).rev() {
+            idx[k] += step;
+            for (o, st) in off.iter_mut().zip(&self.st).take(na) {
+                *o += step * st[k];
+            }
+            if idx[k] < self.dims[k] {
+                break;
+            }
+            for (o, st) in off.iter_mut().zip(&self.st).take(na) {
+                *o -= st[k] * idx[k];
+            }
+            idx[k] = 0;
+            step = 1;
+        }
+    }
 }
 
 /// Elements evaluated step by step in one block (whole rows, as many as fit, or part of one
@@ -609,20 +635,35 @@ multiversion! {
                 continue;
             }
             col = 0;
-            let mut step = rows;
-            for k in (0..r - 1).rev() {
-                idx[k] += step;
-                for (o, st) in off.iter_mut().zip(&lay.st).take(na) {
-                    *o += step * st[k];
-                }
-                if idx[k] < lay.dims[k] {
-                    break;
-                }
-                for (o, st) in off.iter_mut().zip(&lay.st).take(na) {
-                    *o -= st[k] * idx[k];
-                }
-                idx[k] = 0;
-                step = 1;
+            lay.advance_rows(na, &mut idx, &mut off, rows);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advancing_by_rows_lands_where_the_position_of_the_later_element_is() {
+        // Output [3, 4, 5]; operand 0 dense, operand 1 broadcast over the middle dim, operand 2
+        // one value per [outer, middle] (a mean's output): no dims merge.
+        let mut lay = ChainLayout { rank: 3, dims: [0; CHAIN_RANK], st: [[0; CHAIN_RANK]; CHAIN_ARGS] };
+        lay.dims[..3].copy_from_slice(&[3, 4, 5]);
+        lay.st[0][..3].copy_from_slice(&[20, 5, 1]);
+        lay.st[1][..3].copy_from_slice(&[5, 0, 1]);
+        lay.st[2][..3].copy_from_slice(&[4, 1, 0]);
+        let inner = 5;
+        for row in 0..12 {
+            // Blocks of rows stay inside the middle dim (as `chain_rows` makes them).
+            for rows in 1..=4 - row % 4 {
+                let (mut idx, mut off, col) = lay.position(3, row * inner);
+                assert_eq!(col, 0);
+                lay.advance_rows(3, &mut idx, &mut off, rows);
+                let end = (row + rows) * inner;
+                let (want_idx, want_off, _) =
+                    if end < 60 { lay.position(3, end) } else { ([0; CHAIN_RANK], [0; CHAIN_ARGS], 0) };
+                assert_eq!((idx, off), (want_idx, want_off), "row {row} + {rows}");
             }
         }
     }

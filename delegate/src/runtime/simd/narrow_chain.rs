@@ -15,7 +15,7 @@
 //! the two paths on NaNs, infinities, subnormals, fp16's overflow edge and rounding ties.
 
 use super::convert::Narrow;
-use super::elementwise::{ChainLayout, ChainStep, CHAIN_ARGS, CHAIN_RANK};
+use super::elementwise::{ChainLayout, ChainStep, Src, CHAIN_ARGS, CHAIN_RANK};
 use super::isa::Isa;
 use half::f16;
 
@@ -55,8 +55,8 @@ pub fn narrow_chain_available(isa: Isa) -> bool {
 /// start and end inside a row.
 ///
 /// # Panics
-/// If [`narrow_chain_available`] is false for `isa`, or an operand is shorter than `lay`
-/// says (the caller built `lay` from the operands' shapes).
+/// If [`narrow_chain_available`] is false for `isa`, a step reads an operand beyond `opds`,
+/// or an operand is shorter than `lay` says (the caller built `lay` from the operands' shapes).
 pub fn chain_narrow(
     isa: Isa,
     steps: &[ChainStep],
@@ -66,6 +66,15 @@ pub fn chain_narrow(
     out: NarrowDst,
 ) {
     assert!(narrow_chain_available(isa), "no register chain kernel for {}", isa.name());
+    let missing = |s: Src| matches!(s, Src::Arg(k) if k >= opds.len());
+    assert!(
+        !steps.iter().any(|s| match *s {
+            ChainStep::Bin { a, b, .. } => missing(a) || missing(b),
+            ChainStep::Square(a) | ChainStep::Rsqrt(a) | ChainStep::Copy(a) => missing(a),
+            _ => false,
+        }),
+        "chain step reads an operand the chain does not have"
+    );
     #[cfg(target_arch = "x86_64")]
     rows(steps, opds, lay, start, out);
 }
@@ -112,27 +121,16 @@ fn rows(steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize
             continue;
         }
         col = 0;
-        for k in (0..r - 1).rev() {
-            idx[k] += 1;
-            for (o, st) in off.iter_mut().zip(&lay.st).take(na) {
-                *o += st[k];
-            }
-            if idx[k] < lay.dims[k] {
-                break;
-            }
-            for (o, st) in off.iter_mut().zip(&lay.st).take(na) {
-                *o -= st[k] * idx[k];
-            }
-            idx[k] = 0;
-        }
+        lay.advance_rows(na, &mut idx, &mut off, 1);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::Src;
     use super::{ChainStep, Narrow, CHAIN_ARGS};
     use crate::runtime::simd::convert::x86::round_bf16_8 as round_bf16;
-    use crate::runtime::simd::elementwise::{BinOp, Src};
+    use crate::runtime::simd::elementwise::BinOp;
     use half::f16;
     use std::arch::x86_64::*;
 
@@ -202,18 +200,9 @@ mod x86 {
             RowOpd::Bf16(s) => Some(s.len()),
             _ => None,
         };
+        // (Steps reading an operand the row lacks: `chain_narrow` refuses them once per call,
+        // and `block`'s `ptr[k]` is a checked index besides.)
         assert!(ops.len() <= CHAIN_ARGS && ops.iter().all(|o| wide(o).is_none_or(|l| l == w)), "chain row operands");
-        // A step reading an operand the chain does not have would read zeros in `block`; the
-        // plan never builds one (checked here once per row: cheap).
-        let reads = |s: Src| matches!(s, Src::Arg(k) if k >= ops.len());
-        assert!(
-            !steps.iter().any(|s| match *s {
-                ChainStep::Bin { a, b, .. } => reads(a) || reads(b),
-                ChainStep::Square(a) | ChainStep::Rsqrt(a) | ChainStep::Copy(a) => reads(a),
-                _ => false,
-            }),
-            "chain step reads a missing operand"
-        );
         let mut splat = [_mm256_setzero_ps(); CHAIN_ARGS];
         let mut ptr = [Ptr::Splat; CHAIN_ARGS];
         for ((o, s), p) in ops.iter().zip(&mut splat).zip(&mut ptr) {
@@ -394,7 +383,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::simd::{self, available_isas, BinOp, Src};
+    use crate::runtime::simd::{self, available_isas, BinOp};
     use half::bf16;
 
     /// The tiled path's arithmetic, element by element: operands widened by the unfused
