@@ -3,8 +3,8 @@
 //! `cargo run --release -p harness --example program_cost -- NAME [BATCHES] [RUNS]`
 //! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only.
 use delegate::runtime::{Program, RunOptions, ThreadPolicy};
-use delegate::{lower_with, LowerOptions, LoweringMode};
-use reference::data::{generate_inputs, DataOptions};
+use delegate::LoweringMode;
+use harness::{bench, engine};
 use std::time::Instant;
 
 fn main() {
@@ -14,10 +14,9 @@ fn main() {
     let runs: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(200);
     let p = harness::programs::find(&name).unwrap_or_else(|| panic!("no program {name}"));
     let graph = p.graph().expect("program graph");
-    let opts = LowerOptions { enable_bf16: p.enable_bf16, ..LowerOptions::new(LoweringMode::StaticMean) };
-    let lowered = lower_with(&graph, &opts).expect("lowering");
-    // Each input at its spec's largest shape (the bench programs' are static).
-    let inputs = generate_inputs(&graph, &[], 1, &DataOptions::default());
+    // Lowered and fed as the sweep does (its default seed is 1).
+    let lowered = engine::payload::lower(&graph, LoweringMode::StaticMean, p.enable_bf16).expect("lowering");
+    let inputs = bench::timing_inputs(&graph, 1);
     let threads: Vec<usize> = match std::env::var("THREADS").ok().and_then(|s| s.parse().ok()) {
         Some(t) => vec![t],
         None => vec![1, 2],

@@ -377,10 +377,15 @@ pub fn prepare(p: &NamedProgram, seed: u64) -> anyhow::Result<Prepared> {
     Ok(Prepared { program: p.clone(), graph, inputs, reference, lowered, mean_alone })
 }
 
-fn inputs_and_reference(graph: &Graph, seed: u64) -> (Vec<Tensor>, Result<Vec<Tensor>, String>) {
-    // Uniform data: representative timings, no NaN from rsqrt, qs8 inputs in range.
+/// The sweep's inputs for `graph`: uniform data (representative timings, no NaN from rsqrt,
+/// qs8 inputs in range).
+pub fn timing_inputs(graph: &Graph, seed: u64) -> Vec<Tensor> {
     let opts = DataOptions { specials: false, distribution: Some(Distribution::Uniform) };
-    let inputs = engine::generate_inputs_with(graph, &[], seed, &opts);
+    engine::generate_inputs_with(graph, &[], seed, &opts)
+}
+
+fn inputs_and_reference(graph: &Graph, seed: u64) -> (Vec<Tensor>, Result<Vec<Tensor>, String>) {
+    let inputs = timing_inputs(graph, seed);
     let reference = engine::Reference
         .build(Subject::graph(graph), Config::new(1, Simd::Best))
         .and_then(|mut r| r.run(&inputs))
