@@ -1,8 +1,9 @@
 //! Time per bound invoke of one named bench program (StaticMean, cost model) at 1 and 2
 //! threads, the minimum of several batches (robust to bursts on a shared machine):
 //! `cargo run --release -p harness --example program_cost -- NAME [BATCHES] [RUNS]`
-//! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only.
-use delegate::runtime::{Program, RunOptions, ThreadPolicy};
+//! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only;
+//! `SIMD=avx2` (or `scalar`) runs a narrower instruction set than the CPU's widest.
+use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
 use delegate::LoweringMode;
 use harness::{bench, engine};
 use std::time::Instant;
@@ -21,10 +22,15 @@ fn main() {
         Some(t) => vec![t],
         None => vec![1, 2],
     };
+    let simd = match std::env::var("SIMD").as_deref() {
+        Ok("avx2") => SimdLevel::Avx2,
+        Ok("scalar") => SimdLevel::Scalar,
+        _ => SimdLevel::Auto,
+    };
     for t in threads {
         let prog = Program::new(
             &lowered,
-            &RunOptions { threads: t, policy: ThreadPolicy::CostModel, ..RunOptions::default() },
+            &RunOptions { threads: t, policy: ThreadPolicy::CostModel, simd, ..RunOptions::default() },
         )
         .expect("program");
         let mut b = prog.bind(inputs.clone()).expect("bind");

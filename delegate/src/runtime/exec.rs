@@ -614,6 +614,7 @@ impl SegmentPlan {
                     m,
                     k,
                     ins[1],
+                    n.packed.as_deref(),
                     nn,
                     *transpose_weights,
                     b,

@@ -228,7 +228,8 @@ pub struct NodePlan {
     pub inputs: Vec<usize>,
     pub output: usize,
     pub act: Option<(f32, f32)>,
-    /// A regular float convolution's constant filter, packed once here.
+    /// A regular float convolution's constant filter, or a large float linear's constant
+    /// weights, packed once here (as XNNPACK packs at operator creation).
     pub packed: Option<Vec<f32>>,
 }
 
@@ -403,6 +404,11 @@ fn plan_nodes(
                 // the filter (a damaged geometry is refused when the node runs).
                 let w = w.and_then(Result::ok).filter(|w| Some(w.len()) == cg.filter_len());
                 w.map(|w| kernels::conv::pack_filter(cg, &w))
+            }
+            (Kernel::FullyConnected { transpose_weights }, Some(Loc::Const(k))) if values[output].dt != Dt::I8 => {
+                consts
+                    .get(k)
+                    .and_then(|c| kernels::linear::pack_weights(c.view(), &values[inputs[1]].dims, *transpose_weights))
             }
             _ => None,
         };

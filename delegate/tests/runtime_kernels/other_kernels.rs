@@ -316,6 +316,7 @@ fn conv_and_depthwise_and_linear_match_f64() {
             m,
             k,
             View::F32(&w),
+            None,
             n,
             false,
             Some(View::F32(&b)),

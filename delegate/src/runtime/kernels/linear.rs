@@ -64,12 +64,31 @@ fn dots_in_place(isa: simd::Isa, out: &mut [f32], first: usize, x: &[f32], w: &[
     simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], w, (usize::from(!tail.is_empty()), tail.len(), k), tile4);
 }
 
+/// Large float weights (more than [`SMALL_WEIGHTS`]) of dims `[N, K]` (`[K, N]` transposed)
+/// packed into the panels [`simd::gemm_panels`] reads; `None` for small ones (copied per call,
+/// see [`fully_connected`]) and for weights that do not match their dims.
+pub fn pack_weights(w: View, dims: &[usize], transpose_weights: bool) -> Option<Vec<f32>> {
+    let &[d0, d1] = dims else { return None };
+    let (n, k) = if transpose_weights { (d1, d0) } else { (d0, d1) };
+    if n.checked_mul(k)? <= SMALL_WEIGHTS {
+        return None;
+    }
+    match w {
+        View::F32(w) => simd::pack_panels(w, |v| v, transpose_weights, n, k),
+        View::F16(w) => simd::pack_panels(w, f16::to_f32, transpose_weights, n, k),
+        View::Bf16(w) => simd::pack_panels(w, bf16::to_f32, transpose_weights, n, k),
+        _ => None,
+    }
+}
+
 /// The weights as the kernel reads them.
 enum Weights<'a> {
     /// `[K, N]` with rows of `ld >= N` (padded).
     KByN(&'a [f32], simd::Gemm),
     /// `[N, K]`.
     NByK(Cow<'a, [f32]>),
+    /// Packed once by the plan ([`pack_weights`]).
+    Panels(&'a [f32]),
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -79,6 +98,7 @@ pub fn fully_connected(
     m: usize,
     k: usize,
     w: View,
+    packed: Option<&[f32]>,
     n: usize,
     transpose_weights: bool,
     b: Option<View>,
@@ -101,7 +121,10 @@ pub fn fully_connected(
     let Scratch { a: sa, b: sb, c: sc, .. } = scratch;
     let xf = to_f32(ctx, x, sa)?;
     let isa = ctx.isa;
-    let weights = if n * k <= SMALL_WEIGHTS {
+    let packed = packed.filter(|p| Some(p.len()) == simd::packed_len(n, k) && n * k > SMALL_WEIGHTS);
+    let weights = if let Some(p) = packed {
+        Weights::Panels(p)
+    } else if n * k <= SMALL_WEIGHTS {
         // Small weights: copied per call to `[K, N]` (rows padded to a multiple of 4), so each
         // output row is one axpy per input element with no horizontal sums: with the few
         // inputs per output of small linears, a dot product's reduction cost more than its
@@ -134,6 +157,9 @@ pub fn fully_connected(
         ctx.par_chunks(o, (m * k + n * k) * 4, 16, false, |start, chunk| {
             match &weights {
                 Weights::KByN(wt, d) => simd::gemm_rows(isa, chunk, start, xf, wt, *d, bf),
+                Weights::Panels(wp) => {
+                    simd::gemm_panels(isa, chunk, start, xf, wp, simd::Panels { k, n }, bf, isa.wide_registers())
+                }
                 Weights::NByK(wf) => {
                     dots_in_place(isa, chunk, start, xf, wf, n, k);
                     if let Some(b) = bf {
@@ -169,7 +195,7 @@ mod tests {
     use crate::runtime::simd::available_isas;
 
     #[test]
-    fn small_weights_give_the_in_order_sums_and_large_ones_stay_close() {
+    fn small_and_packed_weights_give_the_in_order_sums_and_large_ones_stay_close() {
         let pools = pools();
         // (m, k, n): tiny, ragged widths around the blocks, and one past SMALL_WEIGHTS.
         for (m, k, n) in [
@@ -186,13 +212,20 @@ mod tests {
             (5, 300, 70),
             // Four-row tiles (AVX-512) with leftover rows and columns, k % 16 != 0.
             (11, 272, 63),
+            // One row (single-row panel tiles: four panels, then one, the last partial), and
+            // eight rows of two panels and a partial third.
+            (1, 200, 100),
+            (8, 410, 40),
         ] {
             let x = values(m * k, (m * 31 + k) as u64);
             let w = values(n * k, (n * 17 + k) as u64);
             let b = values(n, 9);
             let wt: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
-            for transposed in [false, true] {
+            for (transposed, packed) in [(false, false), (true, false), (false, true), (true, true)] {
                 let wv = if transposed { &wt } else { &w };
+                let dims = if transposed { [k, n] } else { [n, k] };
+                let pw = if packed { pack_weights(View::F32(wv), &dims, transposed) } else { None };
+                assert_eq!(pw.is_some(), packed && n * k > SMALL_WEIGHTS, "{m}x{k}x{n}: packed only when large");
                 for isa in available_isas() {
                     for pool in &pools {
                         let mut out = vec![f32::NAN; m * n];
@@ -204,6 +237,7 @@ mod tests {
                             m,
                             k,
                             View::F32(wv),
+                            pw.as_deref(),
                             n,
                             transposed,
                             bv,
@@ -215,9 +249,12 @@ mod tests {
                         for r in 0..m {
                             for c in 0..n {
                                 let got = out[r * n + c];
-                                let what =
-                                    format!("{m}x{k}x{n} t{transposed} {} t{} [{r}, {c}]", isa.name(), pool.threads());
-                                if n * k <= SMALL_WEIGHTS {
+                                let what = format!(
+                                    "{m}x{k}x{n} t{transposed} p{packed} {} t{} [{r}, {c}]",
+                                    isa.name(),
+                                    pool.threads()
+                                );
+                                if n * k <= SMALL_WEIGHTS || pw.is_some() {
                                     let mut s = b[c];
                                     for j in 0..k {
                                         s += x[r * k + j] * w[c * k + j];
@@ -264,7 +301,7 @@ mod tests {
             let mut out = vec![bf16::ZERO; m * n];
             let (ctx, xv, ov) = (Ctx { isa, pool }, View::F32(&x), ViewMut::Bf16(&mut out));
             let act = Some((-0.25, 1.0));
-            fully_connected(&ctx, xv, m, k, View::Bf16(&w16), n, false, None, ov, act, &mut Scratch::default())
+            fully_connected(&ctx, xv, m, k, View::Bf16(&w16), None, n, false, None, ov, act, &mut Scratch::default())
                 .unwrap();
             assert_eq!(out, want, "{}", isa.name());
         }
