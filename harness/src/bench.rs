@@ -205,6 +205,15 @@ pub struct Row {
     pub vs_xnnpack_low: Option<f64>,
     #[serde(default)]
     pub vs_xnnpack_high: Option<f64>,
+    /// Ours cost-model rows at more than one thread: paired ratio this / the same program on
+    /// one thread, timed in the same rounds (its blocks interleaved with this row group's), and
+    /// its interval; thread counts compared without the noise between row groups.
+    #[serde(default)]
+    pub vs_one_thread: Option<f64>,
+    #[serde(default)]
+    pub vs_one_thread_low: Option<f64>,
+    #[serde(default)]
+    pub vs_one_thread_high: Option<f64>,
     /// What one timed run is: `bound` (ours: [`engine::Prepared::bind`] then invoke),
     /// `xnn_invoke` or `xnn_program` ([`engine::XnnpackTiming`]).
     #[serde(default)]

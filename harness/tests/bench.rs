@@ -106,6 +106,13 @@ fn a_tiny_sweep_checks_outputs_and_writes_every_report() {
             let (lo, x, hi) = (r.vs_xnnpack_low.unwrap(), r.vs_xnnpack.unwrap(), r.vs_xnnpack_high.unwrap());
             assert!(lo <= x && x <= hi && lo > 0.0, "{r:?}");
         }
+        // Cost-model rows at 2 threads carry their ratio to the same program on one thread,
+        // paired in the same rounds; no other row does (the twin is not a row of its own).
+        let paired = r.engine == "ours" && r.policy == "cost_model" && r.threads > 1;
+        assert_eq!(r.vs_one_thread.is_some(), paired, "{r:?}");
+        if let (Some(lo), Some(x), Some(hi)) = (r.vs_one_thread_low, r.vs_one_thread, r.vs_one_thread_high) {
+            assert!(lo <= x && x <= hi && lo > 0.0, "{r:?}");
+        }
     }
     for engine in ["ours", "xnnpack"].iter().take(1 + usize::from(xnn > 0)) {
         let main = rows.iter().find(|r| r.mode == "main" && r.threads == 1 && r.engine == *engine).unwrap();

@@ -79,6 +79,9 @@ enum Slot {
     Xnnpack(LoweringMode),
     /// The before's mean alone (1 thread).
     MeanAlone,
+    /// At more than one thread, `VARIANTS[k]` (a cost-model one) on one thread: the paired
+    /// baseline of `vs_one_thread`, not a row of its own.
+    OneThread(usize),
 }
 
 /// The modes timed on real XNNPACK (its own thread policy: one row per mode).
@@ -95,7 +98,16 @@ pub fn time_group(
     xnn: &engine::Xnnpack,
 ) -> Vec<Row> {
     let p = &prep.program;
-    let mut slots: Vec<Slot> = (0..VARIANTS.len()).map(Slot::Ours).collect();
+    // At more than one thread each cost-model variant's one-thread twin right after it, so
+    // their blocks run back to back (the least time between paired rounds).
+    let twin = |k: usize| threads > 1 && VARIANTS[k].policy == ThreadPolicy::CostModel;
+    let mut slots: Vec<Slot> = Vec::new();
+    for k in 0..VARIANTS.len() {
+        slots.push(Slot::Ours(k));
+        if twin(k) {
+            slots.push(Slot::OneThread(k));
+        }
+    }
     if xnn.unavailable().is_none() {
         slots.extend(XNNPACK_MODES.map(Slot::Xnnpack));
     }
@@ -124,6 +136,9 @@ pub fn time_group(
         vs_xnnpack: None,
         vs_xnnpack_low: None,
         vs_xnnpack_high: None,
+        vs_one_thread: None,
+        vs_one_thread_low: None,
+        vs_one_thread_high: None,
         timed: String::new(),
         check: "ok".into(),
         delegates: 0,
@@ -143,7 +158,7 @@ pub fn time_group(
     let mut xnns: Vec<Option<engine::XnnpackInstance>> = Vec::new();
     for &slot in &slots {
         let (mut row, graph, lowered, reference) = match slot {
-            Slot::Ours(k) => {
+            Slot::Ours(k) | Slot::OneThread(k) => {
                 let v = VARIANTS[k];
                 (blank("ours", v.mode.name(), policy_name(v.policy)), &prep.graph, lowered_of(v.mode), &prep.reference)
             }
@@ -163,6 +178,10 @@ pub fn time_group(
                 row.transposes = l.summary.transposes;
                 match slot {
                     Slot::Ours(k) => match build_ours(graph, l, threads, VARIANTS[k].policy) {
+                        Ok(pr) => o = Some(pr),
+                        Err(e) => row.check = format!("load: {e}"),
+                    },
+                    Slot::OneThread(k) => match build_ours(graph, l, 1, VARIANTS[k].policy) {
                         Ok(pr) => o = Some(pr),
                         Err(e) => row.check = format!("load: {e}"),
                     },
@@ -293,7 +312,7 @@ pub fn time_group(
     drop(xnns);
     drop(ours);
     summarize(&slots, &mut rows, &samples);
-    rows
+    rows.into_iter().zip(&slots).filter(|(_, s)| !matches!(s, Slot::OneThread(_))).map(|(r, _)| r).collect()
 }
 
 /// Wall time of one slot's block at more than one thread (the slowest program's; faster ones
@@ -385,6 +404,12 @@ fn summarize(slots: &[Slot], rows: &mut [Row], samples: &[Vec<f64>]) {
             row.within_noise = r.within_noise();
         }
         if let Slot::Ours(v) = slots[k] {
+            if let Some(r) = idx(Slot::OneThread(v)).filter(|&o| ok(rows, o)).and_then(|o| paired(o, k)) {
+                let row = &mut rows[k];
+                row.vs_one_thread = Some(round4(r.ratio));
+                row.vs_one_thread_low = Some(round4(r.low));
+                row.vs_one_thread_high = Some(round4(r.high));
+            }
             if let Some(x) = idx(Slot::Xnnpack(VARIANTS[v].mode)).filter(|&x| ok(rows, x)) {
                 if let Some(r) = paired(x, k) {
                     let row = &mut rows[k];
