@@ -10,6 +10,7 @@ use super::kernels::{self, fused, numel, Ctx, Quant, Scratch, View, ViewMut};
 use super::plan::{
     block_view, block_view_mut, checked_numel, infer_shape, Dt, Kernel, Loc, NodePlan, Owned, SegmentPlan,
 };
+use super::pool::{Pool, FRESH_INLINE_BYTES};
 use super::simd::{ChainLayout, Line, Term};
 use super::RuntimeError;
 
@@ -26,6 +27,9 @@ pub struct SegmentState {
     shaped_for: Option<Vec<usize>>,
     /// Per group of the plan: what the last reshape prepared for it.
     prepared: Vec<Prepared>,
+    /// Per value: whether the group that last wrote it split across threads (so its
+    /// contents are spread over the cores' caches, not in the calling core's).
+    split_written: Vec<bool>,
 }
 
 impl SegmentState {
@@ -151,6 +155,7 @@ impl SegmentPlan {
                 b.resize(n, Line::default());
             }
         }
+        state.split_written.resize(self.values.len(), false);
         if state.plan != self.id || state.shapes.len() != self.values.len() {
             state.shapes.resize_with(self.values.len(), Vec::new);
             for (s, v) in state.shapes.iter_mut().zip(&self.values) {
@@ -231,8 +236,9 @@ impl SegmentPlan {
             let vi = self.output_values[k];
             fit_owned(ctx, o, self.values[vi].dt, numel(&state.shapes[vi]));
         }
-        let SegmentState { blocks, shapes, prepared, .. } = state;
+        let SegmentState { blocks, shapes, prepared, split_written, .. } = state;
         for (g, prep) in self.groups.iter().zip(prepared.iter()) {
+            let dispatches = ctx.pool.dispatches();
             let r = match (g, prep) {
                 (Group::SquareMean { square, tail }, Prepared::SquareMean(mp, lay)) if fuse => {
                     let mean = &self.nodes[square + 1];
@@ -277,6 +283,8 @@ impl SegmentPlan {
                             ViewMut::F32(o) => {
                                 let mut views = [&[][..]; super::simd::CHAIN_ARGS];
                                 self.f32_views(args, inputs, blocks, outs, shapes, &mut views)?;
+                                let serial = Ctx { isa: ctx.isa, pool: Pool::serial() };
+                                let ctx = if self.reads_fresh(args, o.len(), split_written) { &serial } else { ctx };
                                 fused::run_chain(ctx, steps, lay, &views[..k], o);
                                 return Ok(());
                             }
@@ -335,6 +343,11 @@ impl SegmentPlan {
                 }
             };
             r?;
+            let (first, last) = g.span();
+            let split = ctx.pool.dispatches() != dispatches;
+            for n in &self.nodes[first..=last] {
+                split_written[n.output] = split;
+            }
         }
         Ok(())
     }
@@ -444,6 +457,17 @@ impl SegmentPlan {
             *d = v;
         }
         Ok(())
+    }
+
+    /// Whether a chain of `n` outputs reads an operand of its size that an earlier group of
+    /// this run wrote inline, small enough to still be in this core's cache
+    /// ([`FRESH_INLINE_BYTES`]): the chain then runs inline too.
+    fn reads_fresh(&self, args: &[usize], n: usize, split_written: &[bool]) -> bool {
+        n * 4 < FRESH_INLINE_BYTES
+            && args.iter().any(|&a| {
+                let v = &self.values[a];
+                matches!(v.loc, Loc::Block(_) | Loc::Output(_)) && v.max_numel >= n && !split_written[a]
+            })
     }
 
     /// The current contents of value `vi`.

@@ -116,11 +116,18 @@ fn contiguous_rows(r: &Reduction, st: &[usize], idx: usize) -> Rows {
     Rows { base: i0 * st[0] + i2 * st[2] + i4 * st[4], n: [s[1], s[3], 1], st: [st[1], st[3], 0], len: s[5] }
 }
 
+/// Whether a contiguous mean of `outputs` rows over `bytes` of f32 splits each output's rows
+/// across threads (fewer outputs than threads, and enough work for the cost model to split).
+fn splits_rows(ctx: &Ctx, outputs: usize, bytes: usize) -> bool {
+    let t = ctx.pool.threads();
+    ctx.pool.policy() == ThreadPolicy::CostModel && t > 1 && outputs < t && bytes >= INLINE_BYTES
+}
+
 fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, st: &[usize; 6], scale: f32, term: Term, out: &mut [f32]) {
     let isa = ctx.isa;
     let bytes = x.len() * 4;
     let t = ctx.pool.threads();
-    if ctx.pool.policy() == ThreadPolicy::CostModel && t > 1 && r.outputs < t && bytes >= INLINE_BYTES {
+    if splits_rows(ctx, r.outputs, bytes) {
         // Fewer outputs than threads: split each output's rows instead and add the partials.
         for (o, slot) in out.iter_mut().enumerate() {
             let rows = contiguous_rows(r, st, o);
@@ -295,8 +302,7 @@ const TILE: usize = 4096;
 /// same `row_sums_f32` on the same f32 values either way, so the same bits, without writing
 /// and rereading an f32 copy of the input (with `squares`, of the rounded squares of the
 /// input, see [`mean_of_squares_narrow`]). `None` where the layout is another one,
-/// a row is longer than a tile, or there are fewer outputs than threads (`contiguous_f32`
-/// then splits rows).
+/// a row is longer than a tile, or `contiguous_f32` would split rows ([`splits_rows`]).
 fn rows_f16_tiled(
     ctx: &Ctx,
     x: View,
@@ -309,7 +315,8 @@ fn rows_f16_tiled(
     let r = normalize(shape, axes);
     check_sizes(&r, x.len(), n_out)?;
     let len = r.shape[5];
-    if !(r.contiguous && r.shape[1] == 1 && r.shape[3] == 1) || len == 0 || len > TILE || n_out < ctx.pool.threads() {
+    let split = splits_rows(ctx, n_out, x.len() * 4);
+    if !(r.contiguous && r.shape[1] == 1 && r.shape[3] == 1) || len == 0 || len > TILE || split {
         return Ok(None);
     }
     let (isa, scale, per) = (ctx.isa, scale_of(r.n), TILE / len);

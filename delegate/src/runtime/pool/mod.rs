@@ -37,6 +37,13 @@ const SPIN_BEFORE_PARK: Duration = Duration::from_millis(2);
 /// 1.3-1.5x slower at 2 threads, and at 256 KiB none of the sizes is slower.
 pub const INLINE_BYTES: usize = 256 * 1024;
 
+/// Below this many bytes of an operand written earlier in the same run (by an operator that
+/// ran inline, so it sits in the calling core's L2), an elementwise operator runs inline too:
+/// a second core would first pull its half over from the first core's cache, which cost more
+/// than it saved (qs8 RMSNorm 1x64x512: quantize, dequantize, then a 256 KiB fp32 chain on the
+/// dequantized values took 16 us at 1 thread and 29-31 us at 2).
+pub const FRESH_INLINE_BYTES: usize = 512 * 1024;
+
 /// CPUs this process may run on (affinity and cgroup quota), read once: the query reads
 /// files under /sys.
 fn available_cpus() -> usize {
@@ -79,9 +86,23 @@ pub struct Pool {
     policy: ThreadPolicy,
     /// Serializes dispatches from several caller threads (a `Program` is `Sync`).
     dispatch: Mutex<()>,
+    /// Jobs handed to the workers so far ([`Pool::dispatches`]).
+    dispatched: AtomicUsize,
 }
 
 impl Pool {
+    /// Jobs handed to the workers so far: a caller compares two readings to learn whether the
+    /// operators between them split (where their outputs were written).
+    pub fn dispatches(&self) -> usize {
+        self.dispatched.load(Ordering::Relaxed)
+    }
+
+    /// A pool of one thread (no workers), for operators that must not split.
+    pub fn serial() -> &'static Pool {
+        static SERIAL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
+        SERIAL.get_or_init(|| Pool::new(1, ThreadPolicy::CostModel).expect("a pool without workers starts no thread"))
+    }
+
     /// A pool with `threads - 1` workers (the caller is thread 0).
     pub fn new(threads: usize, policy: ThreadPolicy) -> std::io::Result<Pool> {
         Pool::with_spin(threads, policy, SPIN_BEFORE_PARK)
@@ -143,7 +164,14 @@ impl Pool {
             claimed: std::array::from_fn(|_| AtomicBool::new(false)),
             spin: if available_cpus() >= os_threads { spin } else { Duration::ZERO },
         });
-        let mut pool = Pool { shared: shared.clone(), workers: Vec::new(), threads, policy, dispatch: Mutex::new(()) };
+        let mut pool = Pool {
+            shared: shared.clone(),
+            workers: Vec::new(),
+            threads,
+            policy,
+            dispatch: Mutex::new(()),
+            dispatched: AtomicUsize::new(0),
+        };
         for w in 0..n_workers {
             let s = shared.clone();
             let h = std::thread::Builder::new().name(format!("delegate-rt-{w}")).spawn(move || worker(s, w))?;
@@ -182,6 +210,7 @@ impl Pool {
             return;
         }
         let _serial = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
+        self.dispatched.fetch_add(1, Ordering::Relaxed);
         let s = &*self.shared;
         let barrier = self.policy == ThreadPolicy::PerOutputTasks;
         let panicked = scoped_job(f, |job| {
