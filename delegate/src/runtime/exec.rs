@@ -5,6 +5,7 @@
 //! nothing per run.
 
 use super::fuse::Group;
+use super::kernels::elementwise::Unary;
 use super::kernels::mean::MeanPlan;
 use super::kernels::{self, fused, numel, Ctx, Quant, Scratch, View, ViewMut};
 use super::plan::{
@@ -599,6 +600,15 @@ impl SegmentPlan {
             Kernel::Binary(op) => {
                 let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
                 kernels::elementwise::binary(ctx, *op, x, in_shapes[0], b, in_shapes[1], out_re, oshape, n.act, scratch)
+            }
+            Kernel::Unary(Unary::Copy) if matches!(out_re, ViewMut::I8(_)) => {
+                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
+                match (x, out_re) {
+                    (View::I8(xv), ViewMut::I8(o)) => {
+                        kernels::qs8::clamp(ctx, (xv, q(n.inputs[0])?), (o, q(n.output)?), n.act, scratch)
+                    }
+                    _ => Err("qs8 clamp of a non-int8 operand".into()),
+                }
             }
             Kernel::Unary(f) => kernels::elementwise::unary(ctx, *f, x, out_re, n.act, scratch),
             Kernel::Convert => {

@@ -570,7 +570,8 @@ fn check_types(
         Kernel::Binary(op) => {
             ins.len() == 2 && (float(o) || (o == Dt::I8 && *op != BinOp::Div)) && dt(ins[0]) == o && dt(ins[1]) == o
         }
-        Kernel::Unary(_) => ins.len() == 1 && float(o) && dt(ins[0]) == o,
+        // Copy and Clamp also on int8 (a requantizing clamp); the other unary ops on floats.
+        Kernel::Unary(u) => ins.len() == 1 && (float(o) || (o == Dt::I8 && *u == Unary::Copy)) && dt(ins[0]) == o,
         Kernel::Convert => {
             ins.len() == 1
                 && matches!(

@@ -56,6 +56,33 @@ pub fn binary(
     result
 }
 
+/// qs8 copy or clamp (XNNPACK's Copy and Clamp nodes on int8 values):
+/// `out = quantize(act(dequant(x)))`. Where input and output share their quantization this is
+/// XNNPACK's int8 clamp with the range's bounds quantized (a value inside the range comes back
+/// as itself: `(q - zp) * s` rounded back through `1 / s` is `q - zp` exactly).
+pub fn clamp(
+    ctx: &Ctx,
+    x: (&[i8], Quant),
+    out: (&mut [i8], Quant),
+    act: Option<(f32, f32)>,
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    let (out, qo) = out;
+    if out.len() != x.0.len() {
+        return Err(format!("qs8 clamp of {} values into {}", x.0.len(), out.len()));
+    }
+    if act.is_none() && x.1 == qo {
+        out.copy_from_slice(x.0);
+        return Ok(());
+    }
+    let f = sized_for_overwrite(&mut scratch.a, out.len()); // the dequantize writes every value
+    convert(ctx, View::I8(x.0), ViewMut::F32(f), Some(x.1))?;
+    if let Some((lo, hi)) = act {
+        super::elementwise::clamp_f32(ctx, f, lo, hi);
+    }
+    convert(ctx, View::F32(f), ViewMut::I8(out), Some(qo))
+}
+
 use simd::Requant;
 
 /// Requantization of an int32 accumulator: `clamp(round_half_even(acc * mult) + zp)` with the
@@ -206,6 +233,33 @@ mod tests {
         // The range is in real units: [0, 6] at output scale 0.5 is [0, 12] quanta.
         assert_eq!(requantize(100, 1.0, Quant { scale: 0.5, zero_point: -4 }, (0.0, 6.0)), 8);
         assert!(Requant::new(1.0, Quant { scale: f32::NAN, zero_point: 0 }, inf).is_err());
+    }
+
+    #[test]
+    fn clamp_is_the_requantized_float_clamp() {
+        use crate::runtime::kernels::conv::tests::pools;
+        let x: [i8; 6] = [-128, -5, 0, 3, 100, 127];
+        let q = Quant { scale: 0.5, zero_point: 2 }; // reals -65, -3.5, -1, 0.5, 49, 62.5
+        let other = Quant { scale: 0.25, zero_point: -10 };
+        for isa in crate::runtime::simd::available_isas() {
+            for pool in &pools() {
+                let ctx = Ctx { isa, pool };
+                let run = |qo: Quant, act: Option<(f32, f32)>| {
+                    let mut out = [0i8; 6];
+                    clamp(&ctx, (&x, q), (&mut out, qo), act, &mut Scratch::default()).unwrap();
+                    out
+                };
+                // Same quantization: the range's bounds quantized (-1.2 -> -2.4 quanta -> -2, + 2).
+                assert_eq!(run(q, Some((-1.2, 30.0))), [0, 0, 0, 3, 62, 62], "{}", isa.name());
+                assert_eq!(run(q, None), x, "{}", isa.name());
+                // Another quantization: requantized (x / 0.25 - 10), saturating.
+                assert_eq!(run(other, None), [-128, -24, -14, -8, 127, 127], "{}", isa.name());
+                assert_eq!(run(other, Some((f32::NEG_INFINITY, 6.0))), [-128, -24, -14, -8, 14, 14]);
+            }
+        }
+        let (mut short, pool) = ([0i8; 5], &pools()[0]);
+        let ctx = Ctx { isa: crate::runtime::simd::Isa::SCALAR, pool };
+        assert!(clamp(&ctx, (&x, q), (&mut short, q), None, &mut Scratch::default()).is_err());
     }
 }
 
