@@ -399,6 +399,49 @@ fn intermediate_buffers_are_reused_by_liveness() {
 }
 
 #[test]
+fn large_constant_linear_weights_are_packed_once_and_give_the_in_order_sums() {
+    // One linear of `n` outputs: its plan's packed weights (their length), and the program.
+    let (m, k) = (3, 300);
+    let build = |n: usize| {
+        let g = GraphBuilder::new();
+        let x = g.input("x", TensorSpec::f32(&[m, k]));
+        let (w, b) = (weights(&[n, k], 11), weights(&[n], 12));
+        let y = g.linear(x, g.constant(w.clone()), Some(g.constant(b.clone())));
+        let graph = g.finish(&[y]).unwrap();
+        let lowered = lower_with(&graph, &LowerOptions::new(LoweringMode::StaticMean)).unwrap();
+        let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
+        let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
+        let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).unwrap();
+        let packed: Vec<Option<usize>> = plan.nodes.iter().map(|nd| nd.packed.as_ref().map(Vec::len)).collect();
+        (graph, lowered, w, b, packed)
+    };
+    // 4 x 300 weights are copied per call; 70 x 300 (past 16 K) are packed into 5 panels of 16.
+    assert_eq!(build(4).4, [None]);
+    let n = 70;
+    let (graph, lowered, w, b, packed) = build(n);
+    assert_eq!(packed, [Some(5 * 16 * k)]);
+    let xt = input_for(&graph, 0, None, 3);
+    let (xv, wv, bv) = (xt.values_f64(), w.values_f64(), b.values_f64());
+    for threads in [1, 2] {
+        for policy in [ThreadPolicy::CostModel, ThreadPolicy::PerOutputTasks] {
+            let p = Program::new(&lowered, &RunOptions { threads, policy, ..Default::default() }).unwrap();
+            let got = p.run(std::slice::from_ref(&xt)).unwrap()[0].values_f64();
+            for r in 0..m {
+                for c in 0..n {
+                    // The packed path's order, in f32: the bias, then each product in k order
+                    // (the dot products it replaced sum in 16 lanes: other bits).
+                    let mut s = bv[c] as f32;
+                    for j in 0..k {
+                        s += xv[r * k + j] as f32 * wv[c * k + j] as f32;
+                    }
+                    assert_eq!((got[r * n + c] as f32).to_bits(), s.to_bits(), "[{r}, {c}] t{threads} {policy:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn force_scalar_env_is_honoured_by_resolution() {
     // The variable is read at load time; other tests may run concurrently, so only check the
     // function that reads it when it is set for this process.

@@ -41,7 +41,8 @@ pub const INLINE_BYTES: usize = 256 * 1024;
 /// ran inline, so it sits in the calling core's L2), an elementwise operator runs inline too:
 /// a second core would first pull its half over from the first core's cache, which cost more
 /// than it saved (qs8 RMSNorm 1x64x512: quantize, dequantize, then a 256 KiB fp32 chain on the
-/// dequantized values took 16 us at 1 thread and 29-31 us at 2).
+/// dequantized values took 14-16 us at 1 thread and 15-31 us at 2). A heuristic only: inline
+/// or split, an elementwise chain computes the same bits.
 pub const FRESH_INLINE_BYTES: usize = 512 * 1024;
 
 /// CPUs this process may run on (affinity and cgroup quota), read once: the query reads
