@@ -44,24 +44,22 @@ fn dots_in_place(isa: simd::Isa, out: &mut [f32], first: usize, x: &[f32], w: &[
     if out.is_empty() || n == 0 {
         return;
     }
-    // Four-by-four tiles where there are registers for them, on blocks of four weight rows or more.
-    let tile4 = isa.wide_registers();
     let (r0, c0) = (first / n, first % n);
     let head = if c0 == 0 { 0 } else { (n - c0).min(out.len()) };
     let (head_out, rest) = out.split_at_mut(head);
-    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], &w[c0 * k..], (1, head, k), tile4);
+    simd::dot_tile(isa, head_out, head, &x[r0 * k..(r0 + 1) * k], &w[c0 * k..], (1, head, k));
     let r1 = if head > 0 { r0 + 1 } else { r0 };
     let full = rest.len() / n;
     let (rows, tail) = rest.split_at_mut(full * n);
-    let block = (WEIGHT_BLOCK_BYTES / (4 * k.max(1))).max(if tile4 { 4 } else { 2 });
+    let block = (WEIGHT_BLOCK_BYTES / (4 * k.max(1))).max(2);
     if full > 0 {
         for cb in (0..n).step_by(block) {
             let cols = block.min(n - cb);
-            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], &w[cb * k..], (full, cols, k), tile4);
+            simd::dot_tile(isa, &mut rows[cb..], n, &x[r1 * k..], &w[cb * k..], (full, cols, k));
         }
     }
     let r2 = r1 + full;
-    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], w, (usize::from(!tail.is_empty()), tail.len(), k), tile4);
+    simd::dot_tile(isa, tail, tail.len(), &x[r2 * k..], w, (usize::from(!tail.is_empty()), tail.len(), k));
 }
 
 /// Large float weights (more than [`SMALL_WEIGHTS`]) of dims `[N, K]` (`[K, N]` transposed)
@@ -140,9 +138,9 @@ pub fn fully_connected(
         }
         Weights::KByN(&sb[..], simd::Gemm { k, n, ld })
     } else {
-        // fp32 [N, K] weights are read in place: copying them per call doubled the memory
-        // traffic of a large (memory-bound) linear. Other dtypes and [K, N] are widened or
-        // reordered.
+        // Large weights the plan did not pack (not constants): fp32 [N, K] read in place, as
+        // copying them per call doubled the memory traffic of a large (memory-bound) linear;
+        // other dtypes and [K, N] widened or reordered.
         Weights::NByK(match (w, transpose_weights) {
             (w, false) => float_cow(w)?,
             (w, true) => {
@@ -210,7 +208,8 @@ mod tests {
             (3, 130, 130),
             // Past SMALL_WEIGHTS: weight blocks of 27 rows (27 + 27 + 16), odd rows, k % 16 != 0.
             (5, 300, 70),
-            // Four-row tiles (AVX-512) with leftover rows and columns, k % 16 != 0.
+            // Odd rows and columns, k % 16 != 0 (panels: four rows by two and one, a partial
+            // last panel).
             (11, 272, 63),
             // One row (single-row panel tiles: four panels, then one, the last partial), and
             // eight rows of two panels and a partial third.

@@ -52,7 +52,8 @@ impl Isa {
         self.0 == Level::Scalar
     }
 
-    /// 32 vector registers of 16 lanes (AVX-512): room for a 4x4 tile of 16-lane accumulators.
+    /// 32 vector registers of 16 lanes (AVX-512): room for the larger tiles of the panel
+    /// product (`gemm_panels`' `wide`).
     pub fn wide_registers(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {

@@ -80,107 +80,16 @@ fn dot_2x2(a0: &[f32], a1: &[f32], b0: &[f32], b1: &[f32], k: usize) -> [[f32; 2
     [[f(&s00, a0, b0), f(&s01, a0, b1)], [f(&s10, a1, b0), f(&s11, a1, b1)]]
 }
 
-/// `[dot(a, b0), .., dot(a, b3)]`: each chunk of `a` loaded once for four products.
-#[inline(always)]
-fn dot_1x4(a: &[f32], b: [&[f32]; 4], k: usize) -> [f32; 4] {
-    let a = &a[..k];
-    let [b0, b1, b2, b3] = b.map(|v| &v[..k]);
-    let z = [0f32; 16];
-    let (mut s0, mut s1, mut s2, mut s3) = (z, z, z, z);
-    let full = k / 16 * 16;
-    let cols = b0[..full].chunks_exact(16).zip(b1[..full].chunks_exact(16));
-    let cols = cols.zip(b2[..full].chunks_exact(16).zip(b3[..full].chunks_exact(16)));
-    for (ca, ((c0, c1), (c2, c3))) in a[..full].chunks_exact(16).zip(cols) {
-        lanes(&mut s0, ca, c0);
-        lanes(&mut s1, ca, c1);
-        lanes(&mut s2, ca, c2);
-        lanes(&mut s3, ca, c3);
-    }
-    let f = |s: &[f32; 16], w: &[f32]| dot_finish(s, &a[full..], &w[full..]);
-    [f(&s0, b0), f(&s1, b1), f(&s2, b2), f(&s3, b3)]
-}
-
-/// The sixteen [`dot`]s of rows `x0..x3` with `w0..w3`: each chunk loaded once for four products.
-#[inline(always)]
-fn dot_4x4(x: [&[f32]; 4], w: [&[f32]; 4], k: usize) -> [[f32; 4]; 4] {
-    let [x0, x1, x2, x3] = x.map(|v| &v[..k]);
-    let [w0, w1, w2, w3] = w.map(|v| &v[..k]);
-    let z = [0f32; 16];
-    let (mut a00, mut a01, mut a02, mut a03) = (z, z, z, z);
-    let (mut a10, mut a11, mut a12, mut a13) = (z, z, z, z);
-    let (mut a20, mut a21, mut a22, mut a23) = (z, z, z, z);
-    let (mut a30, mut a31, mut a32, mut a33) = (z, z, z, z);
-    let full = k / 16 * 16;
-    let rows = x0[..full].chunks_exact(16).zip(x1[..full].chunks_exact(16));
-    let rows = rows.zip(x2[..full].chunks_exact(16).zip(x3[..full].chunks_exact(16)));
-    let cols = w0[..full].chunks_exact(16).zip(w1[..full].chunks_exact(16));
-    let cols = cols.zip(w2[..full].chunks_exact(16).zip(w3[..full].chunks_exact(16)));
-    for (((c0, c1), (c2, c3)), ((v0, v1), (v2, v3))) in rows.zip(cols) {
-        lanes(&mut a00, c0, v0);
-        lanes(&mut a01, c0, v1);
-        lanes(&mut a02, c0, v2);
-        lanes(&mut a03, c0, v3);
-        lanes(&mut a10, c1, v0);
-        lanes(&mut a11, c1, v1);
-        lanes(&mut a12, c1, v2);
-        lanes(&mut a13, c1, v3);
-        lanes(&mut a20, c2, v0);
-        lanes(&mut a21, c2, v1);
-        lanes(&mut a22, c2, v2);
-        lanes(&mut a23, c2, v3);
-        lanes(&mut a30, c3, v0);
-        lanes(&mut a31, c3, v1);
-        lanes(&mut a32, c3, v2);
-        lanes(&mut a33, c3, v3);
-    }
-    let f = |s: &[f32; 16], x: &[f32], w: &[f32]| dot_finish(s, &x[full..], &w[full..]);
-    [
-        [f(&a00, x0, w0), f(&a01, x0, w1), f(&a02, x0, w2), f(&a03, x0, w3)],
-        [f(&a10, x1, w0), f(&a11, x1, w1), f(&a12, x1, w2), f(&a13, x1, w3)],
-        [f(&a20, x2, w0), f(&a21, x2, w1), f(&a22, x2, w2), f(&a23, x2, w3)],
-        [f(&a30, x3, w0), f(&a31, x3, w1), f(&a32, x3, w2), f(&a33, x3, w3)],
-    ]
-}
-
 multiversion! {
     /// `out[i * ldo + j] = dot(x[i * k..][..k], w[j * k..][..k])` for `i < rows`, `j < cols`,
     /// `dims = (rows, cols, k)`: each bit for bit [`dot`]'s sum, two rows by two columns at a
     /// time (a linear's outputs with its `[N, K]` weights read in place: half the loads of one
-    /// dot at a time); with `tile4` ([`Isa::wide_registers`]: 32 vector registers) four rows by
-    /// four columns (a quarter), and a single row four columns at a time.
-    pub fn dot_tile(out: &mut [f32], ldo: usize, x: &[f32], w: &[f32], dims: (usize, usize, usize), tile4: bool) {
+    /// dot at a time).
+    pub fn dot_tile(out: &mut [f32], ldo: usize, x: &[f32], w: &[f32], dims: (usize, usize, usize)) {
         let (rows, cols, k) = dims;
         let xr = |i: usize| &x[i * k..(i + 1) * k];
         let wr = |j: usize| &w[j * k..(j + 1) * k];
         let mut i = 0;
-        if tile4 {
-            // Blocks of four rows by four columns (their leftover columns by the two-row code).
-            while i + 3 < rows {
-                let mut j = 0;
-                while j + 3 < cols {
-                    let v = dot_4x4([xr(i), xr(i + 1), xr(i + 2), xr(i + 3)], [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)], k);
-                    for (r, row) in v.iter().enumerate() {
-                        out[(i + r) * ldo + j..(i + r) * ldo + j + 4].copy_from_slice(row);
-                    }
-                    j += 4;
-                }
-                // The two-row code below, again: as a closure shared by both it cost
-                // mlp4_prefill 7% (18.9 -> 20.3 ms, 1 thread).
-                for r in [i, i + 2] {
-                    let mut c = j;
-                    while c + 1 < cols {
-                        let v = dot_2x2(xr(r), xr(r + 1), wr(c), wr(c + 1), k);
-                        out[r * ldo + c..r * ldo + c + 2].copy_from_slice(&v[0]);
-                        out[(r + 1) * ldo + c..(r + 1) * ldo + c + 2].copy_from_slice(&v[1]);
-                        c += 2;
-                    }
-                    if c < cols {
-                        [out[r * ldo + c], out[(r + 1) * ldo + c]] = dot_1x2(wr(c), xr(r), xr(r + 1), k);
-                    }
-                }
-                i += 4;
-            }
-        }
         while i < rows {
             let mut j = 0;
             if i + 1 < rows {
@@ -196,11 +105,6 @@ multiversion! {
                 }
                 i += 2;
             } else {
-                while tile4 && j + 3 < cols {
-                    let v = dot_1x4(xr(i), [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)], k);
-                    out[i * ldo + j..i * ldo + j + 4].copy_from_slice(&v);
-                    j += 4;
-                }
                 while j + 1 < cols {
                     let v = dot_1x2(xr(i), wr(j), wr(j + 1), k);
                     out[i * ldo + j..i * ldo + j + 2].copy_from_slice(&v);
