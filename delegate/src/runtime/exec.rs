@@ -533,6 +533,8 @@ impl SegmentPlan {
     ) -> Result<(), String> {
         let qpair =
             || -> Option<(Quant, Quant)> { Some((self.values[n.inputs[0]].quant?, self.values[n.output].quant?)) };
+        // An int8 operand's quantization (the int8 kernels need every one).
+        let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
         let x_n = numel(in_shapes[0]);
         let x = ins[0].prefix(x_n.min(ins[0].len()));
         if x.len() != x_n {
@@ -564,7 +566,6 @@ impl SegmentPlan {
         match &n.kernel {
             Kernel::Binary(op) if matches!(out_re, ViewMut::I8(_)) => {
                 let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
-                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
                 let (qa, qb, qo) = (q(n.inputs[0])?, q(n.inputs[1])?, q(n.output)?);
                 match (x, b, out_re) {
                     (View::I8(a), View::I8(b), ViewMut::I8(o)) => kernels::qs8::binary(
@@ -583,7 +584,6 @@ impl SegmentPlan {
                 }
             }
             Kernel::Conv(g) if matches!(out_re, ViewMut::I8(_)) => {
-                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
                 let (qx, qw, qo) = (q(n.inputs[0])?, q(n.inputs[1])?, q(n.output)?);
                 let bias = match ins.get(2) {
                     None => None,
@@ -601,15 +601,12 @@ impl SegmentPlan {
                 let b = ins[1].prefix(numel(in_shapes[1]).min(ins[1].len()));
                 kernels::elementwise::binary(ctx, *op, x, in_shapes[0], b, in_shapes[1], out_re, oshape, n.act, scratch)
             }
-            Kernel::Unary(Unary::Copy) if matches!(out_re, ViewMut::I8(_)) => {
-                let q = |i: usize| self.values[i].quant.ok_or("int8 value without quantization");
-                match (x, out_re) {
-                    (View::I8(xv), ViewMut::I8(o)) => {
-                        kernels::qs8::clamp(ctx, (xv, q(n.inputs[0])?), (o, q(n.output)?), n.act, scratch)
-                    }
-                    _ => Err("qs8 clamp of a non-int8 operand".into()),
+            Kernel::Unary(Unary::Copy) if matches!(out_re, ViewMut::I8(_)) => match (x, out_re) {
+                (View::I8(xv), ViewMut::I8(o)) => {
+                    kernels::qs8::clamp(ctx, (xv, q(n.inputs[0])?), (o, q(n.output)?), n.act, scratch)
                 }
-            }
+                _ => Err("qs8 clamp of a non-int8 operand".into()),
+            },
             Kernel::Unary(f) => kernels::elementwise::unary(ctx, *f, x, out_re, n.act, scratch),
             Kernel::Convert => {
                 let q = self.values[n.inputs[0]].quant.or(self.values[n.output].quant);

@@ -39,9 +39,9 @@ pub fn quantize(isa: Isa, x: &[f32], inv_scale: f32, zp: i32, out: &mut [i8]) {
     #[cfg(target_arch = "x86_64")]
     if !isa.is_scalar() {
         let mut done = 0;
-        if isa.wide_registers() {
-            // SAFETY: `wide_registers` is only true on an AVX-512 `Isa` (checked at run time);
-            // `x` and `out` have the same length.
+        if isa.level() == super::isa::Level::Avx512 {
+            // SAFETY: an AVX-512 `Isa` proves AVX-512F (run-time detection); `x` and `out`
+            // have the same length.
             done = unsafe { x86::quantize_avx512(x, inv_scale, zp, out) };
         }
         // SAFETY: a non-scalar `Isa` proves AVX2; `x` and `out` have the same length.

@@ -2,8 +2,8 @@
 //! detection and the instruction-set token ([`isa`]), byte-buffer casts ([`bytes`]), the mean
 //! kernels ([`mean`]: hand-written AVX2/AVX-512 row and column sums), fp16/bf16 elementwise
 //! chains in registers ([`narrow_chain`], AVX2), and the multiversioned plain-Rust kernels
-//! ([`elementwise`], [`product`], [`panel`], [`convert`], [`transpose`]). Every kernel is behind a safe
-//! function.
+//! ([`elementwise`], [`product`], [`panel`], [`convert`], [`transpose`]). Every kernel is
+//! behind a safe function.
 //!
 //! Soundness rests on two private invariants, each checked in this module and nowhere else:
 //! - an [`Isa`] other than scalar can only be built by [`Isa::avx2`]/[`Isa::avx512`], which
@@ -34,7 +34,7 @@ pub use mean::{
     col_sums_f32, col_sums_i8, row_sums_f32, row_sums_half, row_sums_i8, sum_rows_f32, sum_rows_i8, Half, Rows, Term,
 };
 pub use narrow_chain::{chain_narrow, narrow_chain_available, NarrowDst, NarrowOpd};
-pub use panel::{gemm_panels, pack as pack_panels, packed_len, Panels, PANEL};
+pub use panel::{gemm_panels, pack as pack_panels, packed_len, Panels};
 pub use product::{
     conv_windows_f32, conv_windows_qs8, dot, dot_tile, gemm_rows, mul_acc, requantize, window_f32, window_qs8, Gemm,
     Lane, Requant, Start, Window,
