@@ -176,20 +176,19 @@ pub fn time_group(
             (Some(Ok(l)), Ok(_)) => {
                 row.delegates = l.summary.delegates;
                 row.transposes = l.summary.transposes;
-                match slot {
-                    Slot::Ours(k) => match build_ours(graph, l, threads, VARIANTS[k].policy) {
+                // Ours: the row's thread count, or one thread (the twin, the mean alone).
+                let ours_at = match slot {
+                    Slot::Ours(k) => Some((threads, VARIANTS[k].policy)),
+                    Slot::OneThread(k) => Some((1, VARIANTS[k].policy)),
+                    Slot::MeanAlone => Some((1, ThreadPolicy::CostModel)),
+                    Slot::Xnnpack(_) => None,
+                };
+                match ours_at {
+                    Some((t, policy)) => match build_ours(graph, l, t, policy) {
                         Ok(pr) => o = Some(pr),
                         Err(e) => row.check = format!("load: {e}"),
                     },
-                    Slot::OneThread(k) => match build_ours(graph, l, 1, VARIANTS[k].policy) {
-                        Ok(pr) => o = Some(pr),
-                        Err(e) => row.check = format!("load: {e}"),
-                    },
-                    Slot::MeanAlone => match build_ours(graph, l, 1, ThreadPolicy::CostModel) {
-                        Ok(pr) => o = Some(pr),
-                        Err(e) => row.check = format!("load: {e}"),
-                    },
-                    Slot::Xnnpack(_) => match build_xnnpack(xnn, graph, l, threads) {
+                    None => match build_xnnpack(xnn, graph, l, threads) {
                         Ok(i) => x = Some(i),
                         Err(e) if e.refusal.is_some() || e.unavailable => row.check = format!("skipped: {e}"),
                         Err(e) => row.check = format!("load: {e}"),
