@@ -17,6 +17,8 @@
 use super::convert::Narrow;
 use super::elementwise::{ChainLayout, ChainStep, Src, CHAIN_ARGS, CHAIN_RANK};
 use super::isa::Isa;
+#[cfg(target_arch = "x86_64")]
+use super::isa::Level;
 use half::f16;
 
 /// An operand of an fp16/bf16 chain.
@@ -76,18 +78,19 @@ pub fn chain_narrow(
         "chain step reads an operand the chain does not have"
     );
     #[cfg(target_arch = "x86_64")]
-    rows(steps, opds, lay, start, out);
+    rows(isa, steps, opds, lay, start, out);
 }
 
 /// [`chain_narrow`]'s walk over the rows of its chunk, a call of the row kernel per row.
 #[cfg(target_arch = "x86_64")]
-fn rows(steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize, mut out: NarrowDst) {
+fn rows(isa: Isa, steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize, mut out: NarrowDst) {
     let (r, na, n) = (lay.rank, opds.len(), out.len());
     assert!((1..=CHAIN_RANK).contains(&r) && na <= CHAIN_ARGS, "chain of rank {r} with {na} operands");
     let inner = lay.dims[r - 1];
     if inner == 0 || n == 0 {
         return;
     }
+    let wide = isa.level() == Level::Avx512;
     // Per operand, its element under the current row's start (row-major odometer over the
     // outer dims, as `chain_rows` walks them).
     let (mut idx, mut off, mut col) = lay.position(na, start);
@@ -113,8 +116,15 @@ fn rows(steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize
             NarrowDst::Bf16(o) => x86::RowDst::Bf16(&mut o[done..done + w]),
         };
         // SAFETY: `chain_narrow` asserted a non-scalar `Isa`, which exists only where AVX2, FMA
-        // and F16C were detected; `row` checks its slices' lengths.
-        unsafe { x86::row(steps, &row[..na], dst) };
+        // and F16C were detected, and an AVX-512 one only where AVX-512F was too; `row_*`
+        // check their slices' lengths.
+        unsafe {
+            if wide {
+                x86::row_avx512(steps, &row[..na], dst)
+            } else {
+                x86::row_avx2(steps, &row[..na], dst)
+            }
+        };
         done += w;
         if col + w < inner {
             col += w;
@@ -129,16 +139,16 @@ fn rows(steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize
 mod x86 {
     use super::Src;
     use super::{ChainStep, Narrow, CHAIN_ARGS};
-    use crate::runtime::simd::convert::x86::round_bf16_8 as round_bf16;
+    use crate::runtime::simd::convert::x86::{round_bf16_16, round_bf16_8};
     use crate::runtime::simd::elementwise::BinOp;
     use half::f16;
     use std::arch::x86_64::*;
 
-    /// Lanes per vector, vectors per block: a step is dispatched once per 64 elements (32 took
-    /// 8% longer on fp16 RMSNorm 1x16x256: the dispatch is most of a block's instructions).
-    const L: usize = 8;
+    /// Vectors per block: a step is dispatched once per `U` vectors (8 x 8 lanes: 32 elements
+    /// took 8% longer than 64 on fp16 RMSNorm 1x16x256 with AVX2: the dispatch is most of a
+    /// block's instructions; AVX-512's 32 registers hold 8 x 16 lanes of two operands and
+    /// the running value, so a dispatch serves 128 elements there).
     const U: usize = 8;
-    const B: usize = L * U;
 
     /// One operand over one row: `w` elements, or one value for the whole row.
     #[derive(Clone, Copy)]
@@ -171,25 +181,191 @@ mod x86 {
         Bf16(*mut u16),
     }
 
-    /// bf16 bits (zero-extended into 32-bit lanes) to f32. A signalling NaN stays signalling
-    /// here where `convert::bf16_to_f32` quiets it: every use quiets it the same way (an
-    /// arithmetic step, or the rounding and narrowing below), so the results are the same.
-    #[inline(always)]
-    unsafe fn widen_bf16(x: __m256i) -> __m256 {
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x))
+    /// A vector of `L` f32 lanes and the operations of a chain on it, the same per lane at
+    /// either width (the conversions are F16C's and `round_bf16_*`'s in both). The methods
+    /// inline into the `#[target_feature]` kernels below, which provide their features.
+    ///
+    /// # Safety
+    /// Every method needs its width's features (AVX2, FMA, F16C; AVX-512F besides for
+    /// `__m512`); loads and stores read or write `L` elements at the pointer.
+    trait Lanes: Copy {
+        const L: usize;
+        unsafe fn splat(v: f32) -> Self;
+        unsafe fn load_f32(p: *const f32) -> Self;
+        unsafe fn load_f16(p: *const f16) -> Self;
+        /// bf16 bits to f32. A signalling NaN stays signalling here where
+        /// `convert::bf16_to_f32` quiets it: every use quiets it the same way (an arithmetic
+        /// step, or the rounding and narrowing below), so the results are the same.
+        unsafe fn load_bf16(p: *const u16) -> Self;
+        unsafe fn bin(op: BinOp, a: Self, b: Self) -> Self;
+        /// `1 / sqrt(v)` (two roundings).
+        unsafe fn rsqrt(v: Self) -> Self;
+        /// `t = if v < lo { lo } else { v }; if t > hi { hi } else { t }`: ordered compares
+        /// are false on NaN, which stays.
+        unsafe fn clamp(v: Self, lo: f32, hi: f32) -> Self;
+        /// Rounded to fp16 (nearest even) and back.
+        unsafe fn round_f16(v: Self) -> Self;
+        /// Rounded to bf16 (`round_bf16_*`: low half zero).
+        unsafe fn round_bf16(v: Self) -> Self;
+        unsafe fn store_f16(p: *mut f16, v: Self);
+        unsafe fn store_bf16(p: *mut u16, v: Self);
     }
 
-    #[inline(always)]
-    unsafe fn round_f16(v: __m256) -> __m256 {
-        _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    impl Lanes for __m256 {
+        const L: usize = 8;
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            _mm256_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn load_f32(p: *const f32) -> Self {
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const f16) -> Self {
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> Self {
+            // SAFETY: the trait's contract.
+            let h = unsafe { _mm_loadu_si128(p as *const __m128i) };
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+        #[inline(always)]
+        unsafe fn bin(op: BinOp, a: Self, b: Self) -> Self {
+            match op {
+                BinOp::Add => _mm256_add_ps(a, b),
+                BinOp::Sub => _mm256_sub_ps(a, b),
+                BinOp::Mul => _mm256_mul_ps(a, b),
+                BinOp::Div => _mm256_div_ps(a, b),
+            }
+        }
+        #[inline(always)]
+        unsafe fn rsqrt(v: Self) -> Self {
+            _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_sqrt_ps(v))
+        }
+        #[inline(always)]
+        unsafe fn clamp(v: Self, lo: f32, hi: f32) -> Self {
+            let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+            let t = _mm256_blendv_ps(v, lo, _mm256_cmp_ps::<_CMP_LT_OQ>(v, lo));
+            _mm256_blendv_ps(t, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(t, hi))
+        }
+        #[inline(always)]
+        unsafe fn round_f16(v: Self) -> Self {
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+        }
+        #[inline(always)]
+        unsafe fn round_bf16(v: Self) -> Self {
+            _mm256_castsi256_ps(round_bf16_8(v))
+        }
+        #[inline(always)]
+        unsafe fn store_f16(p: *mut f16, v: Self) {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+            // SAFETY: the trait's contract.
+            unsafe { _mm_storeu_si128(p as *mut __m128i, h) }
+        }
+        #[inline(always)]
+        unsafe fn store_bf16(p: *mut u16, v: Self) {
+            let b = _mm256_srli_epi32::<16>(round_bf16_8(v));
+            let q = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(b, b));
+            // SAFETY: the trait's contract.
+            unsafe { _mm_storeu_si128(p as *mut __m128i, _mm256_castsi256_si128(q)) }
+        }
     }
 
-    /// One row of a chain into `dst`.
+    impl Lanes for __m512 {
+        const L: usize = 16;
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            _mm512_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn load_f32(p: *const f32) -> Self {
+            // SAFETY: the trait's contract.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const f16) -> Self {
+            // SAFETY: the trait's contract.
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> Self {
+            // SAFETY: the trait's contract.
+            let h = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        }
+        #[inline(always)]
+        unsafe fn bin(op: BinOp, a: Self, b: Self) -> Self {
+            match op {
+                BinOp::Add => _mm512_add_ps(a, b),
+                BinOp::Sub => _mm512_sub_ps(a, b),
+                BinOp::Mul => _mm512_mul_ps(a, b),
+                BinOp::Div => _mm512_div_ps(a, b),
+            }
+        }
+        #[inline(always)]
+        unsafe fn rsqrt(v: Self) -> Self {
+            _mm512_div_ps(_mm512_set1_ps(1.0), _mm512_sqrt_ps(v))
+        }
+        #[inline(always)]
+        unsafe fn clamp(v: Self, lo: f32, hi: f32) -> Self {
+            let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+            let t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, lo), v, lo);
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(t, hi), t, hi)
+        }
+        #[inline(always)]
+        unsafe fn round_f16(v: Self) -> Self {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+        }
+        #[inline(always)]
+        unsafe fn round_bf16(v: Self) -> Self {
+            _mm512_castsi512_ps(round_bf16_16(v))
+        }
+        #[inline(always)]
+        unsafe fn store_f16(p: *mut f16, v: Self) {
+            let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_storeu_si256(p as *mut __m256i, h) }
+        }
+        #[inline(always)]
+        unsafe fn store_bf16(p: *mut u16, v: Self) {
+            // The high halves, narrowed by truncation (`vpmovdw`).
+            let b = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(round_bf16_16(v)));
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_storeu_si256(p as *mut __m256i, b) }
+        }
+    }
+
+    /// One row of a chain into `dst`, 8 lanes at a time.
     ///
     /// # Safety
     /// AVX2, FMA and F16C available.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn row(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
+    pub(super) unsafe fn row_avx2(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
+        // SAFETY: the features `__m256`'s methods need are enabled here.
+        unsafe { row::<__m256>(steps, ops, dst) }
+    }
+
+    /// One row of a chain into `dst`, 16 lanes at a time.
+    ///
+    /// # Safety
+    /// AVX-512F, AVX2, FMA and F16C available.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn row_avx512(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
+        // SAFETY: the features `__m512`'s methods need are enabled here.
+        unsafe { row::<__m512>(steps, ops, dst) }
+    }
+
+    /// One row of a chain into `dst`: blocks of `U` vectors, then single vectors, then the
+    /// last partial vector through padded copies.
+    ///
+    /// # Safety
+    /// `V`'s features available.
+    #[inline(always)]
+    unsafe fn row<V: Lanes>(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
         let w = match &dst {
             RowDst::F16(o) => o.len(),
             RowDst::Bf16(o) => o.len(),
@@ -203,43 +379,51 @@ mod x86 {
         // (Steps reading an operand the row lacks: `chain_narrow` refuses them once per call,
         // and `block`'s `ptr[k]` is a checked index besides.)
         assert!(ops.len() <= CHAIN_ARGS && ops.iter().all(|o| wide(o).is_none_or(|l| l == w)), "chain row operands");
-        let mut splat = [_mm256_setzero_ps(); CHAIN_ARGS];
+        // SAFETY (of the `V` methods in this function): the caller's contract.
+        let mut splat = [unsafe { V::splat(0.0) }; CHAIN_ARGS];
         let mut ptr = [Ptr::Splat; CHAIN_ARGS];
         for ((o, s), p) in ops.iter().zip(&mut splat).zip(&mut ptr) {
             match *o {
                 RowOpd::F32(x) => *p = Ptr::F32(x.as_ptr()),
                 RowOpd::F16(x) => *p = Ptr::F16(x.as_ptr()),
                 RowOpd::Bf16(x) => *p = Ptr::Bf16(x.as_ptr()),
-                RowOpd::Splat(v) => *s = _mm256_set1_ps(v),
-                RowOpd::SplatF16(h) => *s = _mm256_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16)),
-                RowOpd::SplatBf16(b) => *s = widen_bf16(_mm256_set1_epi32(b as i32)),
+                RowOpd::Splat(v) => *s = unsafe { V::splat(v) },
+                RowOpd::SplatF16(h) => *s = unsafe { V::splat(h.to_f32()) },
+                RowOpd::SplatBf16(b) => *s = unsafe { V::splat(f32::from_bits((b as u32) << 16)) },
             }
         }
-        let na = ops.len();
-        let full = w - w % B;
+        let (na, l) = (ops.len(), V::L);
+        let full = w - w % (l * U);
         let out = match dst {
             RowDst::F16(o) => Out::F16(o.as_mut_ptr()),
             RowDst::Bf16(o) => Out::Bf16(o.as_mut_ptr()),
         };
         let mut i = 0;
         while i < full {
-            // SAFETY: i + B <= w, and every pointer holds w elements (asserted above).
-            unsafe { block::<U>(steps, &ptr[..na], &splat, i, out) };
-            i += B;
+            // SAFETY: i + U * L <= w, and every pointer holds w elements (asserted above).
+            unsafe { block::<V, U>(steps, &ptr[..na], &splat, i, out) };
+            i += l * U;
         }
-        // The rest a vector at a time, in place.
-        while i + L <= w {
+        // The rest half a block, then a vector at a time, in place (rows of 64 at 16 lanes
+        // in one dispatch per step, not four).
+        if i + l * (U / 2) <= w {
+            // SAFETY: i + U / 2 * L <= w, as above.
+            unsafe { block::<V, { U / 2 }>(steps, &ptr[..na], &splat, i, out) };
+            i += l * (U / 2);
+        }
+        while i + l <= w {
             // SAFETY: i + L <= w, as above.
-            unsafe { block::<1>(steps, &ptr[..na], &splat, i, out) };
-            i += L;
+            unsafe { block::<V, 1>(steps, &ptr[..na], &splat, i, out) };
+            i += l;
         }
         if i == w {
             return;
         }
         // The last partial vector through zero-padded copies (padding lanes are computed and
         // dropped; no FP exception traps).
+        const MAX_L: usize = 16;
         let m = w - i;
-        let (mut f, mut h) = ([[0f32; L]; CHAIN_ARGS], [[0u16; L]; CHAIN_ARGS]);
+        let (mut f, mut h) = ([[0f32; MAX_L]; CHAIN_ARGS], [[0u16; MAX_L]; CHAIN_ARGS]);
         for (k, o) in ops.iter().enumerate() {
             match *o {
                 RowOpd::F32(x) => f[k][..m].copy_from_slice(&x[i..]),
@@ -257,13 +441,14 @@ mod x86 {
                 Ptr::Splat => Ptr::Splat,
             };
         }
-        let mut o = [0u16; L];
+        let mut o = [0u16; MAX_L];
         let tout = match out {
             Out::F16(_) => Out::F16(o.as_mut_ptr() as *mut f16),
             Out::Bf16(_) => Out::Bf16(o.as_mut_ptr()),
         };
-        // SAFETY: every padded buffer holds L elements; f16 is a u16 (`repr(transparent)`).
-        unsafe { block::<1>(steps, &tp[..na], &splat, 0, tout) };
+        // SAFETY: every padded buffer holds MAX_L >= L elements; f16 is a u16
+        // (`repr(transparent)`).
+        unsafe { block::<V, 1>(steps, &tp[..na], &splat, 0, tout) };
         // SAFETY: `out` holds w = i + m elements (its slice's length).
         unsafe {
             match out {
@@ -276,18 +461,18 @@ mod x86 {
     /// `N` vectors of an operand from element `i` on, widened.
     ///
     /// # Safety
-    /// AVX2 and F16C available; a non-splat pointer valid for `i + N * L` elements.
+    /// `V`'s features available; a non-splat pointer valid for `i + N * L` elements.
     #[inline(always)]
-    unsafe fn load<const N: usize>(p: Ptr, splat: __m256, i: usize) -> [__m256; N] {
+    unsafe fn load<V: Lanes, const N: usize>(p: Ptr, splat: V, i: usize) -> [V; N] {
         let mut v = [splat; N];
         for (u, r) in v.iter_mut().enumerate() {
-            let at = i + u * L;
+            let at = i + u * V::L;
             // SAFETY: the caller's contract (`at + L <= i + N * L`).
             *r = unsafe {
                 match p {
-                    Ptr::F32(x) => _mm256_loadu_ps(x.add(at)),
-                    Ptr::F16(x) => _mm256_cvtph_ps(_mm_loadu_si128(x.add(at) as *const __m128i)),
-                    Ptr::Bf16(x) => widen_bf16(_mm256_cvtepu16_epi32(_mm_loadu_si128(x.add(at) as *const __m128i))),
+                    Ptr::F32(x) => V::load_f32(x.add(at)),
+                    Ptr::F16(x) => V::load_f16(x.add(at)),
+                    Ptr::Bf16(x) => V::load_bf16(x.add(at)),
                     Ptr::Splat => splat,
                 }
             };
@@ -296,34 +481,35 @@ mod x86 {
     }
 
     /// Elements `i..i + N * L` of a row: every step on operands loaded (and widened) as the
-    /// step reads them, then the narrowed store. Inlined into `row`, whose target features it
-    /// uses.
+    /// step reads them, then the narrowed store. Inlined into the `row_*` kernels, whose
+    /// target features it uses.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C available; every non-splat pointer and `out` valid for `i + N * L`
+    /// `V`'s features available; every non-splat pointer and `out` valid for `i + N * L`
     /// elements; every `Src::Arg` of `steps` below `ptr.len()`.
     #[inline(always)]
-    unsafe fn block<const N: usize>(
+    unsafe fn block<V: Lanes, const N: usize>(
         steps: &[ChainStep],
         ptr: &[Ptr],
-        splat: &[__m256; CHAIN_ARGS],
+        splat: &[V; CHAIN_ARGS],
         i: usize,
         out: Out,
     ) {
-        let mut acc = [_mm256_setzero_ps(); N];
+        // SAFETY (of every `V` method in this function): the caller's contract.
+        let mut acc = [unsafe { V::splat(0.0) }; N];
         macro_rules! src {
             ($s:expr) => {
                 match $s {
                     Src::Acc => acc,
                     // SAFETY: the caller's contract.
-                    Src::Arg(k) => unsafe { load::<N>(ptr[k], splat[k], i) },
+                    Src::Arg(k) => unsafe { load::<V, N>(ptr[k], splat[k], i) },
                 }
             };
         }
         macro_rules! each {
             (|$u:ident| $e:expr) => {
                 for $u in 0..N {
-                    acc[$u] = $e;
+                    acc[$u] = unsafe { $e };
                 }
             };
         }
@@ -332,49 +518,31 @@ mod x86 {
                 ChainStep::Bin { op, a, b } => {
                     let (x, y) = (src!(a), src!(b));
                     match op {
-                        BinOp::Add => each!(|u| _mm256_add_ps(x[u], y[u])),
-                        BinOp::Sub => each!(|u| _mm256_sub_ps(x[u], y[u])),
-                        BinOp::Mul => each!(|u| _mm256_mul_ps(x[u], y[u])),
-                        BinOp::Div => each!(|u| _mm256_div_ps(x[u], y[u])),
+                        BinOp::Add => each!(|u| V::bin(BinOp::Add, x[u], y[u])),
+                        BinOp::Sub => each!(|u| V::bin(BinOp::Sub, x[u], y[u])),
+                        BinOp::Mul => each!(|u| V::bin(BinOp::Mul, x[u], y[u])),
+                        BinOp::Div => each!(|u| V::bin(BinOp::Div, x[u], y[u])),
                     }
                 }
                 ChainStep::Square(a) => {
                     let x = src!(a);
-                    each!(|u| _mm256_mul_ps(x[u], x[u]));
+                    each!(|u| V::bin(BinOp::Mul, x[u], x[u]));
                 }
                 ChainStep::Rsqrt(a) => {
                     let x = src!(a);
-                    each!(|u| _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_sqrt_ps(x[u])));
+                    each!(|u| V::rsqrt(x[u]));
                 }
                 ChainStep::Copy(a) => acc = src!(a),
-                ChainStep::Clamp { lo, hi } => {
-                    // `t = if v < lo { lo } else { v }; if t > hi { hi } else { t }`: ordered
-                    // compares are false on NaN, which stays.
-                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                    each!(|u| {
-                        let t = _mm256_blendv_ps(acc[u], lo, _mm256_cmp_ps::<_CMP_LT_OQ>(acc[u], lo));
-                        _mm256_blendv_ps(t, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(t, hi))
-                    });
-                }
-                ChainStep::Round(Narrow::F16) => each!(|u| round_f16(acc[u])),
-                ChainStep::Round(Narrow::Bf16) => {
-                    each!(|u| _mm256_castsi256_ps(round_bf16(acc[u])))
-                }
+                ChainStep::Clamp { lo, hi } => each!(|u| V::clamp(acc[u], lo, hi)),
+                ChainStep::Round(Narrow::F16) => each!(|u| V::round_f16(acc[u])),
+                ChainStep::Round(Narrow::Bf16) => each!(|u| V::round_bf16(acc[u])),
             }
         }
         for (u, a) in acc.iter().enumerate() {
+            // SAFETY: the caller's contract, as for the loads.
             match out {
-                // SAFETY: the caller's contract, as for the loads.
-                Out::F16(o) => unsafe {
-                    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(*a);
-                    _mm_storeu_si128(o.add(i + u * L) as *mut __m128i, h)
-                },
-                // SAFETY: as above.
-                Out::Bf16(o) => unsafe {
-                    let b = _mm256_srli_epi32::<16>(round_bf16(*a));
-                    let p = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(b, b));
-                    _mm_storeu_si128(o.add(i + u * L) as *mut __m128i, _mm256_castsi256_si128(p))
-                },
+                Out::F16(o) => unsafe { V::store_f16(o.add(i + u * V::L), *a) },
+                Out::Bf16(o) => unsafe { V::store_bf16(o.add(i + u * V::L), *a) },
             }
         }
     }
