@@ -81,7 +81,9 @@ pub fn chain_narrow(
     rows(isa, steps, opds, lay, start, out);
 }
 
-/// [`chain_narrow`]'s walk over the rows of its chunk, a call of the row kernel per row.
+/// [`chain_narrow`]'s walk over its chunk: a call of the rows kernel per block of whole rows
+/// (as many as stay inside the dim just outside them, as `chain_rows` makes its blocks), or
+/// per part of a row where the chunk starts or ends inside one.
 #[cfg(target_arch = "x86_64")]
 fn rows(isa: Isa, steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, start: usize, mut out: NarrowDst) {
     let (r, na, n) = (lay.rank, opds.len(), out.len());
@@ -91,47 +93,55 @@ fn rows(isa: Isa, steps: &[ChainStep], opds: &[NarrowOpd], lay: &ChainLayout, st
         return;
     }
     let wide = isa.level() == Level::Avx512;
+    let rd = r.checked_sub(2);
     // Per operand, its element under the current row's start (row-major odometer over the
     // outer dims, as `chain_rows` walks them).
     let (mut idx, mut off, mut col) = lay.position(na, start);
     let mut done = 0;
     while done < n {
-        let w = (inner - col).min(n - done);
-        let mut row = [x86::RowOpd::Splat(0.0); CHAIN_ARGS];
-        for (a, (ro, &o)) in row.iter_mut().zip(opds).enumerate() {
+        let left = n - done;
+        let (rows, w) = match rd {
+            Some(k) if col == 0 && left >= inner => ((left / inner).min(lay.dims[k] - idx[k]), inner),
+            _ => (1, (inner - col).min(left)),
+        };
+        let mut ops = [x86::RowsOpd { data: x86::Data::F32(&[]), stride: 0, splat: true }; CHAIN_ARGS];
+        for (a, (ro, &o)) in ops.iter_mut().zip(opds).enumerate() {
             // Innermost strides are 0 (one value along the row) or 1 (`chain_layout`).
             let st = lay.st[a][r - 1];
             let at = off[a] + col * st;
-            *ro = match (o, st) {
-                (NarrowOpd::F32(x), 0) => x86::RowOpd::Splat(x[at]),
-                (NarrowOpd::F32(x), _) => x86::RowOpd::F32(&x[at..at + w]),
-                (NarrowOpd::F16(x), 0) => x86::RowOpd::SplatF16(x[at]),
-                (NarrowOpd::F16(x), _) => x86::RowOpd::F16(&x[at..at + w]),
-                (NarrowOpd::Bf16(x), 0) => x86::RowOpd::SplatBf16(x[at]),
-                (NarrowOpd::Bf16(x), _) => x86::RowOpd::Bf16(&x[at..at + w]),
+            let data = match o {
+                NarrowOpd::F32(x) => x86::Data::F32(&x[at..]),
+                NarrowOpd::F16(x) => x86::Data::F16(&x[at..]),
+                NarrowOpd::Bf16(x) => x86::Data::Bf16(&x[at..]),
             };
+            let stride = match rd {
+                Some(k) if rows > 1 => lay.st[a][k],
+                _ => 0,
+            };
+            *ro = x86::RowsOpd { data, stride, splat: st == 0 };
         }
+        let m = rows * w;
         let dst = match &mut out {
-            NarrowDst::F16(o) => x86::RowDst::F16(&mut o[done..done + w]),
-            NarrowDst::Bf16(o) => x86::RowDst::Bf16(&mut o[done..done + w]),
+            NarrowDst::F16(o) => x86::RowDst::F16(&mut o[done..done + m]),
+            NarrowDst::Bf16(o) => x86::RowDst::Bf16(&mut o[done..done + m]),
         };
         // SAFETY: `chain_narrow` asserted a non-scalar `Isa`, which exists only where AVX2, FMA
-        // and F16C were detected, and an AVX-512 one only where AVX-512F was too; `row_*`
+        // and F16C were detected, and an AVX-512 one only where AVX-512F was too; `rows_*`
         // check their slices' lengths.
         unsafe {
             if wide {
-                x86::row_avx512(steps, &row[..na], dst)
+                x86::rows_avx512(steps, &ops[..na], rows, dst)
             } else {
-                x86::row_avx2(steps, &row[..na], dst)
+                x86::rows_avx2(steps, &ops[..na], rows, dst)
             }
         };
-        done += w;
+        done += m;
         if col + w < inner {
             col += w;
             continue;
         }
         col = 0;
-        lay.advance_rows(na, &mut idx, &mut off, 1);
+        lay.advance_rows(na, &mut idx, &mut off, rows);
     }
 }
 
@@ -150,15 +160,21 @@ mod x86 {
     /// the running value, so a dispatch serves 128 elements there).
     const U: usize = 8;
 
-    /// One operand over one row: `w` elements, or one value for the whole row.
+    /// An operand's values from the element under a block's first output on.
     #[derive(Clone, Copy)]
-    pub(super) enum RowOpd<'a> {
+    pub(super) enum Data<'a> {
         F32(&'a [f32]),
         F16(&'a [f16]),
         Bf16(&'a [u16]),
-        Splat(f32),
-        SplatF16(f16),
-        SplatBf16(u16),
+    }
+
+    /// One operand over a block of rows of `w` elements: row `j` is `w` elements from
+    /// `data[j * stride..]`, or the one value `data[j * stride]` where `splat`.
+    #[derive(Clone, Copy)]
+    pub(super) struct RowsOpd<'a> {
+        pub data: Data<'a>,
+        pub stride: usize,
+        pub splat: bool,
     }
 
     pub(super) enum RowDst<'a> {
@@ -166,7 +182,7 @@ mod x86 {
         Bf16(&'a mut [u16]),
     }
 
-    /// Raw form of a row operand inside a block (lengths checked by `row`).
+    /// Raw form of a row operand inside a block (lengths checked by `rows_kernel`).
     #[derive(Clone, Copy)]
     enum Ptr {
         F32(*const f32),
@@ -339,81 +355,117 @@ mod x86 {
         }
     }
 
-    /// One row of a chain into `dst`, 8 lanes at a time.
+    /// Rows of a chain into `dst` (`rows` rows, `dst.len() / rows` elements each), 8 lanes
+    /// at a time.
     ///
     /// # Safety
     /// AVX2, FMA and F16C available.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn row_avx2(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
+    pub(super) unsafe fn rows_avx2(steps: &[ChainStep], ops: &[RowsOpd], rows: usize, dst: RowDst) {
         // SAFETY: the features `__m256`'s methods need are enabled here.
-        unsafe { row::<__m256>(steps, ops, dst) }
+        unsafe { rows_kernel::<__m256>(steps, ops, rows, dst) }
     }
 
-    /// One row of a chain into `dst`, 16 lanes at a time.
+    /// [`rows_avx2`] 16 lanes at a time.
     ///
     /// # Safety
     /// AVX-512F, AVX2, FMA and F16C available.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn row_avx512(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
+    pub(super) unsafe fn rows_avx512(steps: &[ChainStep], ops: &[RowsOpd], rows: usize, dst: RowDst) {
         // SAFETY: the features `__m512`'s methods need are enabled here.
-        unsafe { row::<__m512>(steps, ops, dst) }
+        unsafe { rows_kernel::<__m512>(steps, ops, rows, dst) }
     }
 
-    /// One row of a chain into `dst`: blocks of `U` vectors, then single vectors, then the
-    /// last partial vector through padded copies.
+    /// Rows of a chain: every operand's bounds checked once for the whole block, then a
+    /// [`row`] per row with the operands' pointers moved on by their strides (and a per-row
+    /// value widened again only where it changes per row).
     ///
     /// # Safety
     /// `V`'s features available.
     #[inline(always)]
-    unsafe fn row<V: Lanes>(steps: &[ChainStep], ops: &[RowOpd], dst: RowDst) {
-        let w = match &dst {
+    unsafe fn rows_kernel<V: Lanes>(steps: &[ChainStep], ops: &[RowsOpd], rows: usize, dst: RowDst) {
+        let n = match &dst {
             RowDst::F16(o) => o.len(),
             RowDst::Bf16(o) => o.len(),
         };
-        let wide = |o: &RowOpd| match o {
-            RowOpd::F32(s) => Some(s.len()),
-            RowOpd::F16(s) => Some(s.len()),
-            RowOpd::Bf16(s) => Some(s.len()),
-            _ => None,
+        if rows == 0 || n == 0 {
+            return;
+        }
+        let w = n / rows;
+        // Every element a row reads lies in its operand's slice. (Steps reading an operand the
+        // block lacks: `chain_narrow` refuses them once per call, and `block`'s `ptr[k]` is a
+        // checked index besides.)
+        let fits = |o: &RowsOpd| {
+            let len = match o.data {
+                Data::F32(x) => x.len(),
+                Data::F16(x) => x.len(),
+                Data::Bf16(x) => x.len(),
+            };
+            let last = (rows - 1).checked_mul(o.stride).and_then(|e| e.checked_add(if o.splat { 1 } else { w }));
+            last.is_some_and(|e| e <= len)
         };
-        // (Steps reading an operand the row lacks: `chain_narrow` refuses them once per call,
-        // and `block`'s `ptr[k]` is a checked index besides.)
-        assert!(ops.len() <= CHAIN_ARGS && ops.iter().all(|o| wide(o).is_none_or(|l| l == w)), "chain row operands");
+        assert!(ops.len() <= CHAIN_ARGS && n == rows * w && ops.iter().all(fits), "chain rows operands");
+        let na = ops.len();
         // SAFETY (of the `V` methods in this function): the caller's contract.
         let mut splat = [unsafe { V::splat(0.0) }; CHAIN_ARGS];
         let mut ptr = [Ptr::Splat; CHAIN_ARGS];
-        for ((o, s), p) in ops.iter().zip(&mut splat).zip(&mut ptr) {
-            match *o {
-                RowOpd::F32(x) => *p = Ptr::F32(x.as_ptr()),
-                RowOpd::F16(x) => *p = Ptr::F16(x.as_ptr()),
-                RowOpd::Bf16(x) => *p = Ptr::Bf16(x.as_ptr()),
-                RowOpd::Splat(v) => *s = unsafe { V::splat(v) },
-                RowOpd::SplatF16(h) => *s = unsafe { V::splat(h.to_f32()) },
-                RowOpd::SplatBf16(b) => *s = unsafe { V::splat(f32::from_bits((b as u32) << 16)) },
-            }
-        }
-        let (na, l) = (ops.len(), V::L);
-        let full = w - w % (l * U);
         let out = match dst {
             RowDst::F16(o) => Out::F16(o.as_mut_ptr()),
             RowDst::Bf16(o) => Out::Bf16(o.as_mut_ptr()),
         };
+        for j in 0..rows {
+            for ((o, s), p) in ops.iter().zip(&mut splat).zip(&mut ptr) {
+                if j > 0 && o.stride == 0 {
+                    continue;
+                }
+                let at = j * o.stride;
+                // Checked indexing (within the slices by `fits`): once per operand and row.
+                match (o.data, o.splat) {
+                    (Data::F32(x), false) => *p = Ptr::F32(x[at..at + w].as_ptr()),
+                    (Data::F16(x), false) => *p = Ptr::F16(x[at..at + w].as_ptr()),
+                    (Data::Bf16(x), false) => *p = Ptr::Bf16(x[at..at + w].as_ptr()),
+                    // SAFETY: the caller's contract. (Widened exactly; a NaN quieted as F16C does.)
+                    (Data::F32(x), true) => *s = unsafe { V::splat(x[at]) },
+                    (Data::F16(x), true) => *s = unsafe { V::splat(x[at].to_f32()) },
+                    (Data::Bf16(x), true) => *s = unsafe { V::splat(f32::from_bits((x[at] as u32) << 16)) },
+                }
+            }
+            let o = match out {
+                // SAFETY: row j's w elements are within `dst` (n = rows * w).
+                Out::F16(p) => Out::F16(unsafe { p.add(j * w) }),
+                // SAFETY: as above.
+                Out::Bf16(p) => Out::Bf16(unsafe { p.add(j * w) }),
+            };
+            // SAFETY: every pointer holds w elements from its row's start (above).
+            unsafe { row::<V>(steps, &ptr[..na], &splat, w, o) };
+        }
+    }
+
+    /// One row of `w` elements: blocks of `U` vectors, a half block, single vectors, then the
+    /// last partial vector through padded copies.
+    ///
+    /// # Safety
+    /// `V`'s features available; every non-splat pointer and `out` valid for `w` elements.
+    #[inline(always)]
+    unsafe fn row<V: Lanes>(steps: &[ChainStep], ptr: &[Ptr], splat: &[V; CHAIN_ARGS], w: usize, out: Out) {
+        let l = V::L;
+        let full = w - w % (l * U);
         let mut i = 0;
         while i < full {
-            // SAFETY: i + U * L <= w, and every pointer holds w elements (asserted above).
-            unsafe { block::<V, U>(steps, &ptr[..na], &splat, i, out) };
+            // SAFETY: i + U * L <= w, the caller's contract.
+            unsafe { block::<V, U>(steps, ptr, splat, i, out) };
             i += l * U;
         }
         // The rest half a block, then a vector at a time, in place (rows of 64 at 16 lanes
         // in one dispatch per step, not four).
         if i + l * (U / 2) <= w {
             // SAFETY: i + U / 2 * L <= w, as above.
-            unsafe { block::<V, { U / 2 }>(steps, &ptr[..na], &splat, i, out) };
+            unsafe { block::<V, { U / 2 }>(steps, ptr, splat, i, out) };
             i += l * (U / 2);
         }
         while i + l <= w {
             // SAFETY: i + L <= w, as above.
-            unsafe { block::<V, 1>(steps, &ptr[..na], &splat, i, out) };
+            unsafe { block::<V, 1>(steps, ptr, splat, i, out) };
             i += l;
         }
         if i == w {
@@ -424,21 +476,26 @@ mod x86 {
         const MAX_L: usize = 16;
         let m = w - i;
         let (mut f, mut h) = ([[0f32; MAX_L]; CHAIN_ARGS], [[0u16; MAX_L]; CHAIN_ARGS]);
-        for (k, o) in ops.iter().enumerate() {
-            match *o {
-                RowOpd::F32(x) => f[k][..m].copy_from_slice(&x[i..]),
-                RowOpd::F16(x) => h[k][..m].iter_mut().zip(&x[i..]).for_each(|(d, s)| *d = s.to_bits()),
-                RowOpd::Bf16(x) => h[k][..m].copy_from_slice(&x[i..]),
-                _ => {}
-            }
-        }
         let mut tp = [Ptr::Splat; CHAIN_ARGS];
-        for (k, (t, p)) in tp.iter_mut().zip(&ptr).take(na).enumerate() {
-            *t = match p {
-                Ptr::F32(_) => Ptr::F32(f[k].as_ptr()),
-                Ptr::F16(_) => Ptr::F16(h[k].as_ptr() as *const f16),
-                Ptr::Bf16(_) => Ptr::Bf16(h[k].as_ptr()),
-                Ptr::Splat => Ptr::Splat,
+        for (k, (t, p)) in tp.iter_mut().zip(ptr).enumerate() {
+            // SAFETY: elements i..w of each dense operand are valid (the caller's contract);
+            // f16 is a u16 (`repr(transparent)`).
+            *t = unsafe {
+                match *p {
+                    Ptr::F32(x) => {
+                        std::ptr::copy_nonoverlapping(x.add(i), f[k].as_mut_ptr(), m);
+                        Ptr::F32(f[k].as_ptr())
+                    }
+                    Ptr::F16(x) => {
+                        std::ptr::copy_nonoverlapping(x.add(i) as *const u16, h[k].as_mut_ptr(), m);
+                        Ptr::F16(h[k].as_ptr() as *const f16)
+                    }
+                    Ptr::Bf16(x) => {
+                        std::ptr::copy_nonoverlapping(x.add(i), h[k].as_mut_ptr(), m);
+                        Ptr::Bf16(h[k].as_ptr())
+                    }
+                    Ptr::Splat => Ptr::Splat,
+                }
             };
         }
         let mut o = [0u16; MAX_L];
@@ -446,10 +503,9 @@ mod x86 {
             Out::F16(_) => Out::F16(o.as_mut_ptr() as *mut f16),
             Out::Bf16(_) => Out::Bf16(o.as_mut_ptr()),
         };
-        // SAFETY: every padded buffer holds MAX_L >= L elements; f16 is a u16
-        // (`repr(transparent)`).
-        unsafe { block::<V, 1>(steps, &tp[..na], &splat, 0, tout) };
-        // SAFETY: `out` holds w = i + m elements (its slice's length).
+        // SAFETY: every padded buffer holds MAX_L >= L elements.
+        unsafe { block::<V, 1>(steps, &tp[..ptr.len()], splat, 0, tout) };
+        // SAFETY: `out` holds w = i + m elements (the caller's contract).
         unsafe {
             match out {
                 Out::F16(p) => std::ptr::copy_nonoverlapping(o.as_ptr() as *const f16, p.add(i), m),
@@ -638,13 +694,20 @@ mod tests {
         let src = [Src::Acc, Src::Arg(0), Src::Arg(1), Src::Arg(2)];
         let ops = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div];
         // Output [rows, d] with a dense operand, a per-row scalar [rows, 1] and a row [d].
-        for (rows, d) in [(3usize, 37usize), (2, 64), (1, 5), (4, 1)] {
-            let n = rows * d;
-            let lay =
-                crate::runtime::kernels::fused::chain_layout(&[rows, d], &[&[rows, d], &[rows, 1], &[d]]).unwrap();
+        // With `outer` > 1 the row operand is [rows, d] (broadcast over the outer dim), so the
+        // dims do not merge and blocks of rows stop at the outer dim's carries.
+        for (outer, rows, d) in [(1usize, 3usize, 37usize), (1, 2, 64), (1, 1, 5), (1, 4, 1), (2, 3, 37), (3, 2, 130)] {
+            let n = outer * rows * d;
+            let wd = if outer > 1 { rows * d } else { d };
+            let ws: &[usize] = if outer > 1 { &[rows, d] } else { &[d] };
+            let lay = crate::runtime::kernels::fused::chain_layout(
+                &[outer, rows, d],
+                &[&[outer, rows, d], &[outer, rows, 1], ws],
+            )
+            .unwrap();
             let x: Vec<f32> = (0..n).map(|i| sp[(i * 7 + rows) % sp.len()]).collect();
-            let r: Vec<f32> = (0..rows).map(|i| sp[(i * 5 + 3) % sp.len()]).collect();
-            let w: Vec<f32> = (0..d).map(|i| sp[(i * 11 + 1) % sp.len()]).collect();
+            let r: Vec<f32> = (0..outer * rows).map(|i| sp[(i * 5 + 3) % sp.len()]).collect();
+            let w: Vec<f32> = (0..wd).map(|i| sp[(i * 11 + 1) % sp.len()]).collect();
             let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
             let xb: Vec<u16> = x.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
             for isa in available_isas().into_iter().filter(|&i| narrow_chain_available(i)) {
@@ -696,7 +759,7 @@ mod tests {
                         let same = got.iter().zip(&want).all(|(&g, &w)| g == w || (nan(g) && nan(w)));
                         assert!(
                             same,
-                            "{} [{rows}, {d}] in chunks of {chunk}: {steps:?}\n{got:?}\n{want:?}",
+                            "{} [{outer}, {rows}, {d}] in chunks of {chunk}: {steps:?}\n{got:?}\n{want:?}",
                             isa.name()
                         );
                     }
