@@ -406,7 +406,7 @@ mod x86 {
         };
         assert!(ops.len() <= CHAIN_ARGS && n == rows * w && ops.iter().all(fits), "chain rows operands");
         let na = ops.len();
-        // SAFETY (of the `V` methods in this function): the caller's contract.
+        // SAFETY: the caller's contract (`V`'s features).
         let mut splat = [unsafe { V::splat(0.0) }; CHAIN_ARGS];
         let mut ptr = [Ptr::Splat; CHAIN_ARGS];
         let out = match dst {
@@ -420,15 +420,26 @@ mod x86 {
                 }
                 let at = j * o.stride;
                 // Checked indexing (within the slices by `fits`): once per operand and row.
-                match (o.data, o.splat) {
-                    (Data::F32(x), false) => *p = Ptr::F32(x[at..at + w].as_ptr()),
-                    (Data::F16(x), false) => *p = Ptr::F16(x[at..at + w].as_ptr()),
-                    (Data::Bf16(x), false) => *p = Ptr::Bf16(x[at..at + w].as_ptr()),
-                    // SAFETY: the caller's contract. (Widened exactly; a NaN quieted as F16C does.)
-                    (Data::F32(x), true) => *s = unsafe { V::splat(x[at]) },
-                    (Data::F16(x), true) => *s = unsafe { V::splat(x[at].to_f32()) },
-                    (Data::Bf16(x), true) => *s = unsafe { V::splat(f32::from_bits((x[at] as u32) << 16)) },
-                }
+                // A per-row value widened exactly (a NaN quieted as F16C quiets it).
+                let v = match (o.data, o.splat) {
+                    (Data::F32(x), false) => {
+                        *p = Ptr::F32(x[at..at + w].as_ptr());
+                        continue;
+                    }
+                    (Data::F16(x), false) => {
+                        *p = Ptr::F16(x[at..at + w].as_ptr());
+                        continue;
+                    }
+                    (Data::Bf16(x), false) => {
+                        *p = Ptr::Bf16(x[at..at + w].as_ptr());
+                        continue;
+                    }
+                    (Data::F32(x), true) => x[at],
+                    (Data::F16(x), true) => x[at].to_f32(),
+                    (Data::Bf16(x), true) => f32::from_bits((x[at] as u32) << 16),
+                };
+                // SAFETY: the caller's contract (`V`'s features).
+                *s = unsafe { V::splat(v) };
             }
             let o = match out {
                 // SAFETY: row j's w elements are within `dst` (n = rows * w).
@@ -551,7 +562,7 @@ mod x86 {
         i: usize,
         out: Out,
     ) {
-        // SAFETY (of every `V` method in this function): the caller's contract.
+        // SAFETY: the caller's contract (`V`'s features), as for every `V` method below.
         let mut acc = [unsafe { V::splat(0.0) }; N];
         macro_rules! src {
             ($s:expr) => {
@@ -565,6 +576,7 @@ mod x86 {
         macro_rules! each {
             (|$u:ident| $e:expr) => {
                 for $u in 0..N {
+                    // SAFETY: the caller's contract (`V`'s features).
                     acc[$u] = unsafe { $e };
                 }
             };
@@ -595,9 +607,10 @@ mod x86 {
             }
         }
         for (u, a) in acc.iter().enumerate() {
-            // SAFETY: the caller's contract, as for the loads.
             match out {
+                // SAFETY: the caller's contract, as for the loads.
                 Out::F16(o) => unsafe { V::store_f16(o.add(i + u * V::L), *a) },
+                // SAFETY: as above.
                 Out::Bf16(o) => unsafe { V::store_bf16(o.add(i + u * V::L), *a) },
             }
         }
