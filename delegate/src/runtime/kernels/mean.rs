@@ -31,21 +31,30 @@ pub struct Reduction {
 }
 
 /// XNNPACK's `xnn_normalize_reduction`: drop size-1 dims, merge runs of reduced and of kept dims.
+/// No allocation (it runs per call of the fp16/bf16 and qs8 means).
+///
+/// # Panics
+/// If `shape` has more than 6 dims that are not 1 (the runtime's `compile` refuses ranks
+/// above XNNPACK's 6).
 pub fn normalize(shape: &[usize], axes: &[usize]) -> Reduction {
-    let mut dims: Vec<(usize, bool)> = Vec::new();
+    let (mut runs, mut k) = ([(0usize, false); 6], 0);
     for (i, &s) in shape.iter().enumerate() {
         if s == 1 {
             continue;
         }
         let r = axes.contains(&i);
-        match dims.last_mut() {
+        match runs[..k].last_mut() {
             Some((d, lr)) if *lr == r => *d *= s,
-            _ => dims.push((s, r)),
+            _ => {
+                assert!(k < 6, "mean over a shape of more than 6 dims: {shape:?}");
+                runs[k] = (s, r);
+                k += 1;
+            }
         }
     }
+    let dims = &runs[..k];
     let contiguous = dims.last().is_some_and(|d| d.1);
     let mut s6 = [1usize; 6];
-    let k = dims.len();
     for (j, d) in dims.iter().enumerate() {
         s6[6 - k + j] = d.0;
     }
@@ -410,7 +419,6 @@ fn mean_qs8(
 ) -> Result<(), String> {
     let r = normalize(shape, axes);
     check_sizes(&r, x.len(), out.len())?;
-    let st = strides(&r.shape);
     let isa = ctx.isa;
     let mult = qi.scale * scale_of(r.n) / qo.scale;
     let n = r.n;
@@ -429,6 +437,7 @@ fn mean_qs8(
             }
         });
     } else if r.contiguous {
+        let st = strides(&r.shape);
         ctx.par_chunks(out, x.len(), 1, true, |start, chunk| {
             for (k, o) in chunk.iter_mut().enumerate() {
                 let acc = simd::sum_rows_i8(isa, x, &contiguous_rows(&r, &st, start + k));
@@ -436,6 +445,7 @@ fn mean_qs8(
             }
         });
     } else {
+        let st = strides(&r.shape);
         ctx.par_chunks(out, x.len(), 64, true, |start, chunk| {
             let mut acc = [0i32; 256];
             column_runs(&r, &st, start, chunk.len(), acc.len(), |o, rows| {
