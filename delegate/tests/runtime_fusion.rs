@@ -238,48 +238,64 @@ fn fused_plans_give_the_unfused_bits() {
     );
 }
 
+/// The kinds of a program's groups, in order.
+fn kinds(lowered: &delegate::LoweredProgram) -> Vec<&'static str> {
+    groups(lowered)
+        .iter()
+        .map(|g| match g {
+            Group::Node(_) => "node",
+            Group::SquareMean { tail: None, .. } => "square_mean",
+            Group::SquareMean { tail: Some(_), .. } => "square_mean+tail",
+            Group::Chain { .. } => "chain",
+            Group::Norm { tail: None, .. } => "norm",
+            Group::Norm { tail: Some(_), .. } => "norm+tail",
+        })
+        .collect()
+}
+
 #[test]
-fn rmsnorm_fuses_into_two_groups_and_keeps_its_bits() {
-    // x * rsqrt(mean(x * x) + eps) * w: in fp32 square+mean with [add, rsqrt] as its tail,
-    // then [mul, mul]; in fp16 square+mean, [add, rsqrt], [mul, mul] (its chains round after
-    // each node as the unfused nodes do, and a tail would have to; a bf16 RMSNorm lowers with
-    // converts around an fp32 mean).
-    let (t, d) = (8, 64);
-    for dt in [ElemType::F32, ElemType::F16] {
-        let g = GraphBuilder::new();
-        let x = g.input("x", TensorSpec::new(dt, &[1, t, d]));
-        let ms = g.mean(g.square(x), &[-1], true);
-        let inv = g.rsqrt(g.add(ms, g.constant(Tensor::from_f64(&[], dt, None, &[1e-6]))));
-        let w = g.constant(tensor(&[d], dt, 3));
-        let y = g.mul(g.mul(x, inv), w);
-        let graph = g.finish(&[y]).unwrap();
-        let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
-        let Step::Delegate(seg) = &lowered.steps[0] else { panic!("expected one delegate") };
-        let loaded = delegate::serialize::load(&delegate::serialize::write(&seg.graph), &Default::default()).unwrap();
-        let plan = SegmentPlan::compile(0, &loaded, seg.inputs.len(), seg.outputs.len()).unwrap();
-        let kinds: Vec<&str> = plan
-            .groups
-            .iter()
-            .map(|g| match g {
-                Group::Node(_) => "node",
-                Group::SquareMean { tail: None, .. } => "square_mean",
-                Group::SquareMean { tail: Some(_), .. } => "square_mean+tail",
-                Group::Chain { .. } => "chain",
-            })
-            .collect();
-        if dt == ElemType::F32 {
-            assert_eq!(kinds, ["square_mean+tail", "chain"]);
-        } else {
-            assert_eq!(kinds, ["square_mean", "chain", "chain"], "{dt:?}");
-        }
-        let xv = tensor(&[1, t, d], dt, 9);
-        for opts in configs() {
-            let p = Program::new(&lowered, &opts).unwrap();
-            let mut q = Program::new(&lowered, &opts).unwrap();
-            q.set_fusion(false);
-            let (a, b) = (&p.run(std::slice::from_ref(&xv)).unwrap()[0], &q.run(std::slice::from_ref(&xv)).unwrap()[0]);
-            assert_eq!(a.dtype(), dt);
-            assert!(same_bits(a, b), "{dt:?} {opts:?}");
+fn rmsnorm_fuses_and_keeps_its_bits() {
+    // x * rsqrt(mean(x * x) + eps) * w: in fp32 one group (square+mean, [add, rsqrt] as its
+    // tail, [mul, mul] over the same rows block by block); in fp16 square+mean, [add, rsqrt],
+    // [mul, mul] (its chains round after each node as the unfused nodes do, and a tail would
+    // have to; a bf16 RMSNorm lowers with converts around an fp32 mean). With `then_mean`
+    // the RMSNorm's output is an intermediate the mean reads: its block must not be the
+    // norm's, which the chain reads while writing it. Shapes: one row per thread or fewer
+    // (the mean splits rows at 2 threads: the groups run one after the other), rows shorter
+    // and longer than a block, rows not a multiple of a block.
+    for (t, d) in [(8, 64), (1, 4096), (3, 130), (64, 2048), (37, 3)] {
+        for dt in [ElemType::F32, ElemType::F16] {
+            for then_mean in [false, true] {
+                let g = GraphBuilder::new();
+                let x = g.input("x", TensorSpec::new(dt, &[1, t, d]));
+                let ms = g.mean(g.square(x), &[-1], true);
+                let inv = g.rsqrt(g.add(ms, g.constant(Tensor::from_f64(&[], dt, None, &[1e-6]))));
+                let w = g.constant(tensor(&[d], dt, 3));
+                let y = g.mul(g.mul(x, inv), w);
+                let y = if then_mean { g.mean(y, &[-1], true) } else { y };
+                let graph = g.finish(&[y]).unwrap();
+                let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+                let want: &[&str] = match (dt, then_mean) {
+                    (ElemType::F32, false) => &["norm+tail"],
+                    (ElemType::F32, true) => &["norm+tail", "node"],
+                    (_, false) => &["square_mean", "chain", "chain"],
+                    (_, true) => &["square_mean", "chain", "chain", "node"],
+                };
+                assert_eq!(kinds(&lowered), want, "{dt:?} [{t}, {d}]");
+                let xv = tensor(&[1, t, d], dt, 9);
+                for opts in configs() {
+                    let p = Program::new(&lowered, &opts).unwrap();
+                    let mut q = Program::new(&lowered, &opts).unwrap();
+                    q.set_fusion(false);
+                    let a = &p.run(std::slice::from_ref(&xv)).unwrap()[0];
+                    let b = &q.run(std::slice::from_ref(&xv)).unwrap()[0];
+                    assert_eq!(a.dtype(), dt);
+                    assert!(same_bits(a, b), "{dt:?} [{t}, {d}] then_mean {then_mean} {opts:?}");
+                    let mut bound = p.bind(vec![xv.clone()]).unwrap();
+                    bound.invoke().unwrap();
+                    assert!(same_bits(&bound.outputs()[0], b), "bound {dt:?} [{t}, {d}] {opts:?}");
+                }
+            }
         }
     }
 }

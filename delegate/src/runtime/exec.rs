@@ -7,6 +7,7 @@
 use super::fuse::Group;
 use super::kernels::elementwise::Unary;
 use super::kernels::mean::MeanPlan;
+use super::kernels::norm::{Chain, Norm};
 use super::kernels::{self, fused, numel, Ctx, Quant, Scratch, View, ViewMut};
 use super::plan::{
     block_view, block_view_mut, checked_numel, infer_shape, Dt, Kernel, Loc, NodePlan, Owned, SegmentPlan,
@@ -55,6 +56,8 @@ enum Prepared {
     SquareMeanNarrow,
     /// A fused chain.
     Chain(ChainLayout),
+    /// A fused square and mean, its tail's layout, its chain's layout.
+    Norm(MeanPlan, Option<ChainLayout>, ChainLayout),
 }
 
 /// Most inputs a node reads (a convolution or fully connected node with a bias); `compile`
@@ -131,6 +134,14 @@ fn fit_owned(ctx: &Ctx, o: &mut Owned, dt: Dt, n: usize) {
         Owned::Bf16(v) => v.resize(n, half::bf16::ZERO),
         Owned::I8(v) => v.resize(n, 0),
         Owned::I32(v) => v.resize(n, 0),
+    }
+}
+
+/// Puts a destination taken by `SegmentPlan::take_dest` back in its home.
+fn put_dest(d: Dest, blocks: &mut [Vec<Line>], outs: &mut [Owned]) {
+    match d {
+        Dest::Block(b, blk) => blocks[b] = blk,
+        Dest::Out(k, o) => outs[k] = o,
     }
 }
 
@@ -275,6 +286,63 @@ impl SegmentPlan {
                         kernels::mean::mean_of_squares_narrow(ctx, x, &shapes[xi], axes, out, scratch)
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
+                }
+                (Group::Norm { square, tail, apply }, Prepared::Norm(mp, tail_lay, lay)) if fuse => {
+                    let mean = &self.nodes[square + 1];
+                    let (norm_node, out_node) = (&self.nodes[apply.first - 1], &self.nodes[apply.last]);
+                    let xi = self.nodes[*square].inputs[0];
+                    self.with_dests([norm_node, out_node], shapes, blocks, outs, |blocks, outs, r, o| {
+                        let x = self.view_of(xi, inputs, blocks, outs, shapes);
+                        let (View::F32(x), ViewMut::F32(r), ViewMut::F32(o)) = (x, r, o) else {
+                            return Err("fused norm on non-fp32 values".into());
+                        };
+                        let mut tail_views = [&[][..]; super::simd::CHAIN_ARGS];
+                        if let Some(t) = tail {
+                            self.f32_views(&t.args, inputs, blocks, outs, shapes, &mut tail_views)?;
+                        }
+                        let tail = tail.as_ref().zip(tail_lay.as_ref()).map(|(t, lay)| Chain {
+                            steps: &t.steps,
+                            lay,
+                            args: &tail_views[..t.args.len()],
+                        });
+                        // Every operand of the chain but the norm, which is being written.
+                        let norm_v = norm_node.output;
+                        let norm_arg =
+                            apply.args.iter().position(|&a| a == norm_v).ok_or("norm chain without its norm")?;
+                        let mut views = [&[][..]; super::simd::CHAIN_ARGS];
+                        for (d, &a) in views.iter_mut().zip(&apply.args).filter(|(_, &a)| a != norm_v) {
+                            let View::F32(v) = self.view_of(a, inputs, blocks, outs, shapes) else {
+                                return Err("fused norm on a non-fp32 operand".into());
+                            };
+                            *d = v;
+                        }
+                        let k = apply.args.len();
+                        // Block by block of rows where the mean is one row per output and its
+                        // rows are not split across threads (else the groups one after the other).
+                        let rows = mp.last_dim_rows().filter(|&(rows, len)| {
+                            rows == r.len()
+                                && len > 0
+                                && shapes[out_node.output] == shapes[xi]
+                                && !kernels::mean::splits_rows(ctx, rows, x.len() * 4)
+                        });
+                        if let Some((_, len)) = rows {
+                            let apply = Chain { steps: &apply.steps, lay, args: &views[..k] };
+                            let n = Norm { x, len, scale: mp.scale(), act: mean.act, tail, apply, norm_arg };
+                            kernels::norm::run(ctx, &n, r, o);
+                            return Ok(());
+                        }
+                        kernels::mean::mean_f32_planned(ctx, x, mp, Term::Square, r)?;
+                        if let Some((lo, hi)) = mean.act {
+                            kernels::elementwise::clamp_f32(ctx, r, lo, hi);
+                        }
+                        if let Some(t) = tail {
+                            fused::run_chain(ctx, t.steps, t.lay, t.args, r);
+                        }
+                        views[norm_arg] = r;
+                        fused::run_chain(ctx, &apply.steps, lay, &views[..k], o);
+                        Ok(())
+                    })
+                    .map_err(|e| shape_err(format!("node {} (norm): {e}", mean.index)))
                 }
                 (Group::Chain { last, steps, args, .. }, Prepared::Chain(lay)) if fuse => {
                     let n = &self.nodes[*last];
@@ -426,6 +494,22 @@ impl SegmentPlan {
             Group::Chain { first, last, args, .. } => {
                 self.chain_layout(*first, *last, args, shapes).map_or(Prepared::Nodes, Prepared::Chain)
             }
+            Group::Norm { square, tail, apply } => {
+                let tail_lay = match tail {
+                    Some(t) => match self.chain_layout(square + 1, t.last, &t.args, shapes) {
+                        Some(l) => Some(l),
+                        None => return Prepared::Nodes,
+                    },
+                    None => None,
+                };
+                match (
+                    f32_mean(&self.nodes[square + 1]),
+                    self.chain_layout(apply.first, apply.last, &apply.args, shapes),
+                ) {
+                    (Some(mp), Some(lay)) => Prepared::Norm(mp, tail_lay, lay),
+                    _ => Prepared::Nodes,
+                }
+            }
         }
     }
 
@@ -500,23 +584,57 @@ impl SegmentPlan {
         outs: &mut [Owned],
         f: impl FnOnce(&[Vec<Line>], &[Owned], ViewMut) -> Result<(), String>,
     ) -> Result<(), String> {
+        let mut dest = self.take_dest(n, blocks, outs)?;
+        let r = f(blocks, outs, self.dest_view(&mut dest, n, shapes));
+        put_dest(dest, blocks, outs);
+        r
+    }
+
+    /// [`SegmentPlan::with_dest`] for two nodes at once (their values in different homes).
+    fn with_dests(
+        &self,
+        [n, m]: [&NodePlan; 2],
+        shapes: &[Vec<usize>],
+        blocks: &mut [Vec<Line>],
+        outs: &mut [Owned],
+        f: impl FnOnce(&[Vec<Line>], &[Owned], ViewMut, ViewMut) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let (a, b) = (self.values[n.output].loc, self.values[m.output].loc);
+        if a == b {
+            return Err(format!("nodes {} and {} write the same buffer", n.index, m.index));
+        }
+        let mut dn = self.take_dest(n, blocks, outs)?;
+        let mut dm = match self.take_dest(m, blocks, outs) {
+            Ok(d) => d,
+            Err(e) => {
+                put_dest(dn, blocks, outs);
+                return Err(e);
+            }
+        };
+        let r = f(blocks, outs, self.dest_view(&mut dn, n, shapes), self.dest_view(&mut dm, m, shapes));
+        put_dest(dm, blocks, outs);
+        put_dest(dn, blocks, outs);
+        r
+    }
+
+    /// Node `n`'s destination, out of its home.
+    fn take_dest(&self, n: &NodePlan, blocks: &mut [Vec<Line>], outs: &mut [Owned]) -> Result<Dest, String> {
+        match self.values[n.output].loc {
+            Loc::Block(b) => Ok(Dest::Block(b, std::mem::take(&mut blocks[b]))),
+            Loc::Output(k) => Ok(Dest::Out(k, std::mem::replace(&mut outs[k], Owned::F32(Vec::new())))),
+            _ => Err(format!("node {} writes a read-only value", n.index)),
+        }
+    }
+
+    /// Node `n`'s output elements in its taken destination.
+    fn dest_view<'d>(&self, d: &'d mut Dest, n: &NodePlan, shapes: &[Vec<usize>]) -> ViewMut<'d> {
         let ov = &self.values[n.output];
         // At most the value's bound (checked by `reshape`), which its block or buffer holds.
         let on = numel(&shapes[n.output]);
-        let mut dest = match ov.loc {
-            Loc::Block(b) => Dest::Block(b, std::mem::take(&mut blocks[b])),
-            Loc::Output(k) => Dest::Out(k, std::mem::replace(&mut outs[k], Owned::F32(Vec::new()))),
-            _ => return Err(format!("node {} writes a read-only value", n.index)),
-        };
-        let r = match &mut dest {
-            Dest::Block(_, b) => f(blocks, outs, block_view_mut(b, ov.dt, on)),
-            Dest::Out(_, o) => f(blocks, outs, o.view_mut().prefix(on)),
-        };
-        match dest {
-            Dest::Block(b, blk) => blocks[b] = blk,
-            Dest::Out(k, o) => outs[k] = o,
+        match d {
+            Dest::Block(_, b) => block_view_mut(b, ov.dt, on),
+            Dest::Out(_, o) => o.view_mut().prefix(on),
         }
-        r
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -5,7 +5,10 @@
 //!   after the mean (`rsqrt(... + eps)`) run on its output in the same group (`Tail`);
 //! - a chain of elementwise nodes of one float type where each node's output is read only by
 //!   the next and has the chain's output shape (`x * r * w` with `r` and `w` broadcast): one
-//!   pass over the output, each operand read once.
+//!   pass over the output, each operand read once;
+//! - an fp32 square and mean (with its tail) followed by a chain that reads the mean's input
+//!   and the tail's output (`x * rsqrt(mean(x * x) + eps) * w`, RMSNorm): block by block of
+//!   rows, the rows' means and then their chain while the rows are still in cache (`Norm`).
 //!
 //! fp16/bf16 groups compute in f32 as their nodes do and round to the type after every node
 //! (`ChainStep::Round`, a square before the mean sums it), so only the memory passes go.
@@ -31,6 +34,19 @@ pub enum Group {
     SquareMean { square: usize, tail: Option<Tail> },
     /// Nodes `first..=last` as one elementwise pass: `steps` over the operand values `args`.
     Chain { first: usize, last: usize, steps: Vec<ChainStep>, args: Vec<usize> },
+    /// An fp32 square and mean with its tail (as `SquareMean`), then `apply`: a chain reading
+    /// the mean's input and the square-mean's result (`norm`, the tail's output or else the
+    /// mean's), which stays live until the chain's last node.
+    Norm { square: usize, tail: Option<Tail>, apply: Apply },
+}
+
+/// The chain of a [`Group::Norm`]: nodes `first..=last`, `steps` over operand values `args`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Apply {
+    pub first: usize,
+    pub last: usize,
+    pub steps: Vec<ChainStep>,
+    pub args: Vec<usize>,
 }
 
 /// Nodes `mean + 1..=last` of a fused square and mean, each reading the one before (the
@@ -51,6 +67,15 @@ impl Group {
             Group::Node(i) => (*i, *i),
             Group::SquareMean { square, tail } => (*square, tail.as_ref().map_or(square + 1, |t| t.last)),
             Group::Chain { first, last, .. } => (*first, *last),
+            Group::Norm { square, apply, .. } => (*square, apply.last),
+        }
+    }
+
+    /// A `Norm`'s square-mean result: the value its tail's last node (or its mean) writes.
+    pub fn norm_value(&self, nodes: &[NodePlan]) -> Option<usize> {
+        match self {
+            Group::Norm { apply, .. } => Some(nodes[apply.first - 1].output),
+            _ => None,
         }
     }
 }
@@ -168,8 +193,17 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
                 mean
             };
             let tail = (last > mean).then_some(Tail { last, steps, args });
-            out.push(Group::SquareMean { square: i, tail });
-            i = last + 1;
+            match apply_of(nodes, values, &readers, i, last) {
+                Some(apply) => {
+                    let next = apply.last + 1;
+                    out.push(Group::Norm { square: i, tail, apply });
+                    i = next;
+                }
+                None => {
+                    out.push(Group::SquareMean { square: i, tail });
+                    i = last + 1;
+                }
+            }
             continue;
         }
         let mut args: Vec<usize> = Vec::new();
@@ -189,6 +223,26 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
         i = last + 1;
     }
     out
+}
+
+/// The chain that makes an fp32 square and mean (nodes `square..=last`, its tail included) a
+/// [`Group::Norm`]: elementwise nodes from `last + 1` on whose first node reads the group's
+/// result, which read the mean's input, and whose output has that input's (bound) dims.
+fn apply_of(nodes: &[NodePlan], values: &[ValuePlan], readers: &[usize], square: usize, last: usize) -> Option<Apply> {
+    let (norm, x) = (nodes[last].output, nodes[square].inputs[0]);
+    let first = last + 1;
+    let n = nodes.get(first)?;
+    if values[norm].dt != Dt::F32 || !n.inputs.contains(&norm) {
+        return None;
+    }
+    let mut args = Vec::new();
+    let mut steps = steps_of(n, values, Some(Dt::F32), None, |v| arg_of(&mut args, v))?;
+    if args.len() > CHAIN_ARGS {
+        return None;
+    }
+    let end = extend_chain(nodes, values, readers, Some(Dt::F32), first, &mut steps, &mut args);
+    let fits = args.contains(&x) && values[nodes[end].output].dims == values[x].dims;
+    fits.then_some(Apply { first, last: end, steps, args })
 }
 
 /// Operand `v`'s index in `args` (added if new).

@@ -467,7 +467,8 @@ fn kernel_of(segment: usize, ni: usize, n: &XNode) -> Result<Kernel, RuntimeErro
 /// Liveness-based block assignment for intermediates; returns each block's size in lines.
 /// A value a group reads from outside the group stays live until the group's last node, so a
 /// fused group never writes its output over an operand it still reads, and the same blocks
-/// serve the unfused run (where values inside a group die as their last reader runs).
+/// serve the unfused run (where values inside a group die as their last reader runs). So does
+/// a `Norm`'s square-mean result, which its chain reads while writing its output.
 fn assign_blocks(nodes: &[NodePlan], groups: &[Group], values: &mut [ValuePlan]) -> Vec<usize> {
     let mut last_use = vec![0usize; values.len()];
     for (i, n) in nodes.iter().enumerate() {
@@ -478,6 +479,9 @@ fn assign_blocks(nodes: &[NodePlan], groups: &[Group], values: &mut [ValuePlan])
     }
     for g in groups {
         let (first, last) = g.span();
+        if let Some(v) = g.norm_value(nodes) {
+            last_use[v] = last_use[v].max(last);
+        }
         for n in &nodes[first..=last] {
             for &v in &n.inputs {
                 if !nodes[first..=last].iter().any(|m| m.output == v) {

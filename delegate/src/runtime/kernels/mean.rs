@@ -94,6 +94,18 @@ impl MeanPlan {
         }
         MeanPlan { r, st }
     }
+
+    /// `(rows, len)` where each output is the mean of one row of `len` elements and
+    /// consecutive outputs are consecutive rows (a last-dim mean: `[rows, len]`).
+    pub fn last_dim_rows(&self) -> Option<(usize, usize)> {
+        let r = &self.r;
+        (r.contiguous && r.shape[1] == 1 && r.shape[3] == 1).then_some((r.outputs, r.shape[5]))
+    }
+
+    /// What each sum is multiplied by (`1 / n`, as `mean_f32_planned` scales).
+    pub fn scale(&self) -> f32 {
+        scale_of(self.r.n)
+    }
 }
 
 /// [`mean_f32`] on a planned geometry; `t` is what each element adds: itself, or its square
@@ -127,7 +139,7 @@ fn contiguous_rows(r: &Reduction, st: &[usize], idx: usize) -> Rows {
 
 /// Whether a contiguous mean of `outputs` rows over `bytes` of f32 splits each output's rows
 /// across threads (fewer outputs than threads, and enough work for the cost model to split).
-fn splits_rows(ctx: &Ctx, outputs: usize, bytes: usize) -> bool {
+pub(crate) fn splits_rows(ctx: &Ctx, outputs: usize, bytes: usize) -> bool {
     let t = ctx.pool.threads();
     ctx.pool.policy() == ThreadPolicy::CostModel && t > 1 && outputs < t && bytes >= INLINE_BYTES
 }

@@ -8,6 +8,7 @@ pub mod fused;
 pub mod gap;
 pub mod linear;
 pub mod mean;
+pub mod norm;
 pub mod portable;
 pub mod qs8;
 pub mod transpose;
