@@ -1,9 +1,10 @@
 //! Plan-time fusion (`runtime::fuse`) gives the unfused plan's bits: random programs of
-//! elementwise chains with broadcast operands, squares feeding means and means feeding
-//! further ops, in fp32, fp16 and bf16, run with fusion on and off, at every instruction set
-//! and at 1 and 2 threads (both policies), and must agree bit for bit (NaN only with NaN: its
-//! payload is not part of the IEEE result). The run counts the drawn programs that have a fused group and requires
-//! most of them to, so the property is not a comparison of two unfused runs.
+//! elementwise chains with broadcast operands, squares feeding means, means feeding further
+//! ops and RMSNorms, in fp32, fp16 and bf16, run with fusion on and off, at every instruction
+//! set and at 1 and 2 threads (both policies), and must agree bit for bit (NaN only with NaN:
+//! its payload is not part of the IEEE result). The run counts the drawn programs that have a
+//! fused group and requires most of them to, so the property is not a comparison of two
+//! unfused runs.
 
 use delegate::program::Step;
 use delegate::runtime::fuse::Group;
@@ -33,6 +34,11 @@ enum OpDesc {
     MeanLast,
     /// `mean(v * v, -1, keepdim)` (the square written as a multiply).
     MeanOfSelfProduct,
+    /// `v * rsqrt(mean(v * v, -1, keepdim) + eps)`: an RMSNorm without its weight
+    /// (`fuse::Group::Norm`; later operations may extend its chain).
+    Normalize {
+        eps: f32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +64,7 @@ fn op_strategy() -> impl Strategy<Value = OpDesc> {
         1 => (-2.0f32..0.0, 0.0f32..2.0).prop_map(|(lo, hi)| OpDesc::Clamp { lo, hi }),
         1 => Just(OpDesc::MeanLast),
         1 => Just(OpDesc::MeanOfSelfProduct),
+        1 => (1e-6f32..1.0).prop_map(|eps| OpDesc::Normalize { eps }),
     ]
 }
 
@@ -109,6 +116,11 @@ fn build(shape: &[usize], dt: ElemType, ops: &[OpDesc]) -> reference::Graph {
             OpDesc::Clamp { lo, hi } => g.clamp(v, Some(*lo), Some(*hi)),
             OpDesc::MeanLast => g.mean(v, &[-1], true),
             OpDesc::MeanOfSelfProduct => g.mean(g.mul(v, v), &[-1], true),
+            OpDesc::Normalize { eps } => {
+                let ms = g.mean(g.square(v), &[-1], true);
+                let e = g.constant(Tensor::from_f64(&[], dt, None, &[f64::from(*eps)]));
+                g.mul(v, g.rsqrt(g.add(ms, e)))
+            }
         };
         history.push(v);
     }
@@ -153,7 +165,9 @@ fn fused_groups(lowered: &delegate::LoweredProgram) -> usize {
 
 /// Whether a plan runs elementwise nodes on a mean's output in its group (`fuse::Tail`).
 fn has_tail(lowered: &delegate::LoweredProgram) -> bool {
-    groups(lowered).iter().any(|g| matches!(g, Group::SquareMean { tail: Some(_), .. }))
+    groups(lowered)
+        .iter()
+        .any(|g| matches!(g, Group::SquareMean { tail: Some(_), .. } | Group::Norm { tail: Some(_), .. }))
 }
 
 fn configs() -> Vec<RunOptions> {
@@ -208,7 +222,7 @@ fn fused_plans_give_the_unfused_bits() {
     // fp16 programs drawn and fused: the narrow chains must be exercised too (bf16 programs
     // lower with converts around their fp32 means and fuse less; they are compared all the same).
     let (narrow, narrow_fused) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
-    let tails = std::cell::Cell::new(0usize);
+    let (tails, norms) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
     runner
         .run(&strategy, |(b, t, d, ops, seed, dt)| {
             cases.set(cases.get() + 1);
@@ -221,6 +235,7 @@ fn fused_plans_give_the_unfused_bits() {
                     narrow_fused.set(narrow_fused.get() + usize::from(is_narrow));
                 }
                 tails.set(tails.get() + usize::from(has_tail(&l)));
+                norms.set(norms.get() + usize::from(kinds(&l).iter().any(|k| k.starts_with("norm"))));
             }
             check(&[b, t, d], dt, &ops, seed)
         })
@@ -228,6 +243,8 @@ fn fused_plans_give_the_unfused_bits() {
     // Means with elementwise tails are drawn too (a scalar operand, a square, rsqrt or clamp
     // after a mean of squares).
     assert!(tails.get() >= 5, "only {} of {} programs have a mean with a tail", tails.get(), cases.get());
+    // And square-means whose chain reads their input (`Group::Norm`).
+    assert!(norms.get() >= 5, "only {} of {} programs have a norm group", norms.get(), cases.get());
     // Not a comparison of two unfused runs: most drawn programs have a fused group.
     assert!(2 * fused.get() >= cases.get(), "only {} of {} programs fused", fused.get(), cases.get());
     assert!(
