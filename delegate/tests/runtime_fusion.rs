@@ -329,3 +329,38 @@ fn random_programs_do_fuse() {
         assert!(fused_groups(&lower(&sq_mean, LoweringMode::StaticMean).unwrap()) >= 1, "{dt:?}");
     }
 }
+
+#[test]
+fn a_norm_on_values_just_dequantized_stays_on_the_calling_core() {
+    // A qs8 RMSNorm [1, 64, 512] is q/dq around an fp32 RMSNorm: its `x` is dequantized
+    // inline just before the norm group, so splitting the group would have the second core
+    // read its half from the first core's cache (2x the 1-thread time in the sweep). The same
+    // RMSNorm on a graph input splits at 2 threads.
+    use delegate::runtime::pool::Pool;
+    use std::sync::Arc;
+    let (t, d) = (64, 512);
+    for qs8 in [false, true] {
+        let g = GraphBuilder::new();
+        let x = g.input("x", TensorSpec::new(ElemType::F32, &[1, t, d]));
+        let q = |v, s: f32| g.dequantize(g.quantize(v, s, 0), s, 0);
+        let xin = if qs8 { q(x, 1.0 / 64.0) } else { x };
+        let ms = g.mean(g.square(xin), &[-1], true);
+        let inv = g.rsqrt(g.add(ms, g.constant(Tensor::from_f64(&[], ElemType::F32, None, &[1e-6]))));
+        let y = g.mul(g.mul(xin, inv), g.constant(tensor(&[d], ElemType::F32, 3)));
+        let y = if qs8 { q(y, 1.0 / 32.0) } else { y };
+        let lowered = lower(&g.finish(&[y]).unwrap(), LoweringMode::StaticMean).unwrap();
+        assert!(kinds(&lowered).contains(&"norm+tail"), "qs8 {qs8}: {:?}", kinds(&lowered));
+        let pool = Arc::new(Pool::new(2, ThreadPolicy::CostModel).unwrap());
+        let p =
+            Program::new(&lowered, &RunOptions::default()).unwrap().reconfigure(SimdLevel::Auto, pool.clone()).unwrap();
+        let mut b = p.bind(vec![tensor(&[1, t, d], ElemType::F32, 5)]).unwrap();
+        let before = pool.dispatches();
+        b.invoke().unwrap();
+        let jobs = pool.dispatches() - before;
+        if qs8 {
+            assert_eq!(jobs, 0, "the qs8 RMSNorm split");
+        } else {
+            assert!(jobs >= 1, "the fp32 RMSNorm on its input ran on one core");
+        }
+    }
+}

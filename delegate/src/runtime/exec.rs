@@ -296,6 +296,10 @@ impl SegmentPlan {
                         let (View::F32(x), ViewMut::F32(r), ViewMut::F32(o)) = (x, r, o) else {
                             return Err("fused norm on non-fp32 values".into());
                         };
+                        // On `x` just written inline (a qs8 RMSNorm's dequantized input) the
+                        // group stays on this core, as a chain does (`reads_fresh`).
+                        let serial = Ctx { isa: ctx.isa, pool: Pool::serial() };
+                        let ctx = if self.reads_fresh(&[xi], x.len(), split_written) { &serial } else { ctx };
                         let mut tail_views = [&[][..]; super::simd::CHAIN_ARGS];
                         if let Some(t) = tail {
                             self.f32_views(&t.args, inputs, blocks, outs, shapes, &mut tail_views)?;
