@@ -266,6 +266,7 @@ fn kinds(lowered: &delegate::LoweredProgram) -> Vec<&'static str> {
             Group::Chain { .. } => "chain",
             Group::Norm { tail: None, .. } => "norm",
             Group::Norm { tail: Some(_), .. } => "norm+tail",
+            Group::QuantRoundTrip(_) => "quant_round_trip",
         })
         .collect()
 }
@@ -332,13 +333,14 @@ fn random_programs_do_fuse() {
 
 #[test]
 fn a_norm_on_values_just_dequantized_stays_on_the_calling_core() {
-    // A qs8 RMSNorm [1, 64, 512] is q/dq around an fp32 RMSNorm: its `x` is dequantized
-    // inline just before the norm group, so splitting the group would have the second core
-    // read its half from the first core's cache (2x the 1-thread time in the sweep). The same
-    // RMSNorm on a graph input splits at 2 threads.
+    // A qs8 RMSNorm [1, 48, 512] is q/dq around an fp32 RMSNorm: its `x` is dequantized
+    // inline just before the norm group (192 KiB of traffic, under the pool's 256 KiB), so
+    // splitting the group (296 KiB) would have the second core read its half from the first
+    // core's cache (2x the 1-thread time in the sweep). The same RMSNorm on a graph input
+    // splits at 2 threads.
     use delegate::runtime::pool::Pool;
     use std::sync::Arc;
-    let (t, d) = (64, 512);
+    let (t, d) = (48, 512);
     for qs8 in [false, true] {
         let g = GraphBuilder::new();
         let x = g.input("x", TensorSpec::new(ElemType::F32, &[1, t, d]));
@@ -349,7 +351,8 @@ fn a_norm_on_values_just_dequantized_stays_on_the_calling_core() {
         let y = g.mul(g.mul(xin, inv), g.constant(tensor(&[d], ElemType::F32, 3)));
         let y = if qs8 { q(y, 1.0 / 32.0) } else { y };
         let lowered = lower(&g.finish(&[y]).unwrap(), LoweringMode::StaticMean).unwrap();
-        assert!(kinds(&lowered).contains(&"norm+tail"), "qs8 {qs8}: {:?}", kinds(&lowered));
+        let want: &[&str] = if qs8 { &["quant_round_trip", "norm+tail", "quant_round_trip"] } else { &["norm+tail"] };
+        assert_eq!(kinds(&lowered), want, "qs8 {qs8}");
         let pool = Arc::new(Pool::new(2, ThreadPolicy::CostModel).unwrap());
         let p =
             Program::new(&lowered, &RunOptions::default()).unwrap().reconfigure(SimdLevel::Auto, pool.clone()).unwrap();
@@ -362,5 +365,41 @@ fn a_norm_on_values_just_dequantized_stays_on_the_calling_core() {
         } else {
             assert!(jobs >= 1, "the fp32 RMSNorm on its input ran on one core");
         }
+    }
+}
+
+#[test]
+fn a_quantize_round_trip_keeps_the_two_converts_bits() {
+    // q/dq at a qs8 program's edges, fused into one pass (`Group::QuantRoundTrip`), against the
+    // two converts: ties, saturation both ways, infinities, NaN and -0 in the input; scales and
+    // zero points of both converts differ.
+    let (t, d) = (5, 67);
+    let g = GraphBuilder::new();
+    let x = g.input("x", TensorSpec::new(ElemType::F32, &[1, t, d]));
+    let a = g.dequantize(g.quantize(x, 1.0 / 64.0, 3), 1.0 / 64.0, 3);
+    let y = g.mul(a, g.constant(tensor(&[d], ElemType::F32, 4)));
+    let y = g.dequantize(g.quantize(y, 0.37, -7), 0.37, -7);
+    let lowered = lower(&g.finish(&[y]).unwrap(), LoweringMode::StaticMean).unwrap();
+    assert_eq!(kinds(&lowered), ["quant_round_trip", "node", "quant_round_trip"]);
+    let mut v: Vec<f64> = values(t * d, 11).into_iter().map(|v| f64::from(v) * 3.0).collect();
+    v[..10].copy_from_slice(&[
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -0.0,
+        0.5 / 64.0,
+        1.5 / 64.0,
+        1e9,
+        -1e9,
+        2.0,
+        -2.1,
+    ]);
+    let xv = Tensor::from_f64(&[1, t, d], ElemType::F32, None, &v);
+    for opts in configs() {
+        let p = Program::new(&lowered, &opts).unwrap();
+        let mut q = Program::new(&lowered, &opts).unwrap();
+        q.set_fusion(false);
+        let (a, b) = (&p.run(std::slice::from_ref(&xv)).unwrap()[0], &q.run(std::slice::from_ref(&xv)).unwrap()[0]);
+        assert!(same_bits(a, b), "{opts:?}");
     }
 }

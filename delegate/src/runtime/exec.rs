@@ -348,6 +348,20 @@ impl SegmentPlan {
                     })
                     .map_err(|e| shape_err(format!("node {} (norm): {e}", mean.index)))
                 }
+                (Group::QuantRoundTrip(i), _) if fuse => {
+                    let (qn, dn) = (&self.nodes[*i], &self.nodes[i + 1]);
+                    self.with_dest(dn, shapes, blocks, outs, |blocks, outs, out| {
+                        let x = self.view_of(qn.inputs[0], inputs, blocks, outs, shapes);
+                        // Each convert's parameters as `exec` picks them.
+                        let q = |a: usize, b: usize| self.values[a].quant.or(self.values[b].quant);
+                        let (to, back) = (q(qn.inputs[0], qn.output), q(qn.output, dn.output));
+                        let (View::F32(x), ViewMut::F32(o), Some(to), Some(back)) = (x, out, to, back) else {
+                            return Err("quantize and dequantize without f32 ends or parameters".into());
+                        };
+                        kernels::convert::quantize_round_trip(ctx, x, to, back, o)
+                    })
+                    .map_err(|e| shape_err(format!("node {} (quantize and dequantize): {e}", qn.index)))
+                }
                 (Group::Chain { last, steps, args, .. }, Prepared::Chain(lay)) if fuse => {
                     let n = &self.nodes[*last];
                     self.with_dest(n, shapes, blocks, outs, |blocks, outs, out| {
@@ -498,6 +512,8 @@ impl SegmentPlan {
             Group::Chain { first, last, args, .. } => {
                 self.chain_layout(*first, *last, args, shapes).map_or(Prepared::Nodes, Prepared::Chain)
             }
+            // No geometry: one elementwise pass.
+            Group::QuantRoundTrip(_) => Prepared::Nodes,
             Group::Norm { square, tail, apply } => {
                 let tail_lay = match tail {
                     Some(t) => match self.chain_layout(square + 1, t.last, &t.args, shapes) {

@@ -6,6 +6,8 @@
 //! - a chain of elementwise nodes of one float type where each node's output is read only by
 //!   the next and has the chain's output shape (`x * r * w` with `r` and `w` broadcast): one
 //!   pass over the output, each operand read once;
+//! - an f32 -> qs8 convert whose int8 values only a qs8 -> f32 convert reads (a qs8 program's
+//!   edges, `QuantRoundTrip`): one pass, the int8 values never written;
 //! - an fp32 square and mean (with its tail) followed by a chain that reads the mean's input
 //!   and the tail's output (`x * rsqrt(mean(x * x) + eps) * w`, RMSNorm): block by block of
 //!   rows, the rows' means and then their chain while the rows are still in cache (`Norm`).
@@ -38,6 +40,8 @@ pub enum Group {
     /// the mean's input and the square-mean's result (`norm`, the tail's output or else the
     /// mean's), which stays live until the chain's last node.
     Norm { square: usize, tail: Option<Tail>, apply: Apply },
+    /// Node `i` converts f32 to qs8, node `i + 1` its int8 values (read by nothing else) back.
+    QuantRoundTrip(usize),
 }
 
 /// The chain of a [`Group::Norm`]: nodes `first..=last`, `steps` over operand values `args`.
@@ -68,6 +72,7 @@ impl Group {
             Group::SquareMean { square, tail } => (*square, tail.as_ref().map_or(square + 1, |t| t.last)),
             Group::Chain { first, last, .. } => (*first, *last),
             Group::Norm { square, apply, .. } => (*square, apply.last),
+            Group::QuantRoundTrip(i) => (*i, i + 1),
         }
     }
 
@@ -134,6 +139,22 @@ fn square_mean(nodes: &[NodePlan], i: usize, values: &[ValuePlan], readers: &[us
         && private(s.output, values, readers)
 }
 
+/// Whether node `i` converts f32 to qs8 and node `i + 1`, the only reader of its int8
+/// values, converts them back to f32 (neither with an output range).
+fn quant_round_trip(nodes: &[NodePlan], i: usize, values: &[ValuePlan], readers: &[usize]) -> bool {
+    let (Some(q), Some(d)) = (nodes.get(i), nodes.get(i + 1)) else { return false };
+    let converts = matches!(q.kernel, Kernel::Convert) && matches!(d.kernel, Kernel::Convert);
+    converts
+        && q.inputs.len() == 1
+        && d.inputs == [q.output]
+        && values[q.inputs[0]].dt == Dt::F32
+        && values[q.output].dt == Dt::I8
+        && values[d.output].dt == Dt::F32
+        && q.act.is_none()
+        && d.act.is_none()
+        && private(q.output, values, readers)
+}
+
 /// The chain steps of elementwise node `n` of float type `dt` (its operation, its output
 /// range, then for fp16/bf16 the rounding of its output), reading the running value where it
 /// reads `acc` and operands through `arg`; `None` if the node is not an elementwise node of
@@ -184,6 +205,11 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
     let mut out = Vec::with_capacity(nodes.len());
     let mut i = 0;
     while i < nodes.len() {
+        if quant_round_trip(nodes, i, values, &readers) {
+            out.push(Group::QuantRoundTrip(i));
+            i += 2;
+            continue;
+        }
         if square_mean(nodes, i, values, &readers) {
             let mean = i + 1;
             let (mut steps, mut args) = (Vec::new(), Vec::new());

@@ -61,6 +61,21 @@ pub fn convert(ctx: &Ctx, x: View, out: ViewMut, q: Option<Quant>) -> Result<(),
     Ok(())
 }
 
+/// f32 -> qs8 -> f32, two converts whose int8 values nothing else reads
+/// (`fuse::Group::QuantRoundTrip`), in one pass: quantized with `to`, dequantized with `back`,
+/// the same bits as [`convert`] twice.
+pub fn quantize_round_trip(ctx: &Ctx, x: &[f32], to: Quant, back: Quant, out: &mut [f32]) -> Result<(), String> {
+    if x.len() != out.len() {
+        return Err(format!("quantize and dequantize of {} elements into {}", x.len(), out.len()));
+    }
+    let isa = ctx.isa;
+    let inv = 1.0 / to.scale;
+    ctx.par_chunks(out, x.len() * 8, 256, false, |s, c| {
+        simd::quantize_round_trip(isa, &x[s..s + c.len()], inv, to.zero_point, back.scale, back.zero_point, c)
+    });
+    Ok(())
+}
+
 /// `x` widened to f32 into `buf` (fp32 inputs are borrowed as they are).
 pub fn to_f32<'a>(ctx: &Ctx, x: View<'a>, buf: &'a mut Vec<f32>) -> Result<&'a [f32], String> {
     match x {

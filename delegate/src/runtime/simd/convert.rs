@@ -78,6 +78,23 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// f32 -> qs8 -> f32 in one pass, the int8 values never written: [`quantize`]'s value `r`
+    /// with `inv_scale` and `zp` (an integer in [-128, 127], the clamped zero point for NaN),
+    /// then [`dequantize`]'s `(r - back_zp) * scale`: `r - back_zp` is exact in f32 for
+    /// `|back_zp| < 2^23`, as is the int32 difference `dequantize` converts, so the same bits.
+    pub fn quantize_round_trip(x: &[f32], inv_scale: f32, zp: i32, scale: f32, back_zp: i32, out: &mut [f32]) {
+        let x = &x[..out.len()];
+        let zpf = (zp as f32).clamp(-128.0, 127.0);
+        let zd = back_zp as f32;
+        for i in 0..out.len() {
+            let r = (x[i] * inv_scale).round_ties_even() + zpf;
+            let r = if r.is_nan() { zpf } else { r.clamp(-128.0, 127.0) };
+            out[i] = (r - zd) * scale;
+        }
+    }
+}
+
 /// f32 -> f16 (round to nearest even). Non-scalar paths use F16C's `vcvtps2ph` eight at a
 /// time (the tail through a padded block); the scalar path converts element by element in
 /// software (`half`). (`half`'s slice conversion detects F16C on every call and converts the
@@ -413,6 +430,24 @@ mod tests {
                     quantize(isa, &x[..n], inv, zp, &mut got);
                     quantize_plain(Isa::SCALAR, &x[..n], inv, zp, &mut want);
                     assert_eq!(got, want, "{} inv {inv} zp {zp} n {n}", isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_quantize_round_trip_is_quantize_then_dequantize() {
+        let mut x: Vec<f32> = (0..200).map(|i| (i as f32 - 100.0) * 0.37 + 0.5).collect();
+        x.extend([f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 0.5, 1.5, 2.5, -2.5, -0.0]);
+        for isa in available_isas() {
+            for (scale, zp) in [(1.0f32, 0), (0.5, -3), (1.0 / 64.0, 127), (1.0 / 32.0, -128), (0.27, 300)] {
+                for n in [0, 7, 32, 33, x.len()] {
+                    let (mut q, mut want, mut got) = (vec![0i8; n], vec![0f32; n], vec![f32::NAN; n]);
+                    quantize(isa, &x[..n], 1.0 / scale, zp, &mut q);
+                    dequantize(isa, &q, scale, zp, &mut want);
+                    quantize_round_trip(isa, &x[..n], 1.0 / scale, zp, scale, zp, &mut got);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{} scale {scale} zp {zp} n {n}", isa.name());
                 }
             }
         }

@@ -24,7 +24,9 @@ mod product;
 mod transpose;
 
 pub use bytes::{bf16_bits, bf16_bits_mut, cast, cast_mut, lines_for, zeros_par, Line, Pod};
-pub use convert::{bf16_to_f32, dequantize, f16_to_f32, f32_to_bf16, f32_to_f16, quantize, round_to, Narrow};
+pub use convert::{
+    bf16_to_f32, dequantize, f16_to_f32, f32_to_bf16, f32_to_f16, quantize, quantize_round_trip, round_to, Narrow,
+};
 pub use elementwise::{
     bin_apply, bin_rows, bin_sv, bin_vs, bin_vv, chain_rows, clamp_inplace, rsqrt, square, BinOp, ChainLayout,
     ChainStep, Src, CHAIN_ARGS, CHAIN_RANK,
