@@ -262,16 +262,16 @@ impl SegmentPlan {
                         let (View::F32(x), ViewMut::F32(o)) = (x, out) else {
                             return Err("fused square and mean on non-fp32 values".into());
                         };
-                        kernels::mean::mean_f32_planned(ctx, x, mp, Term::Square, o)?;
-                        if let Some((lo, hi)) = mean.act {
-                            kernels::elementwise::clamp_f32(ctx, o, lo, hi);
-                        }
-                        if let (Some(t), Some(lay)) = (tail, lay) {
-                            let mut views = [&[][..]; super::simd::CHAIN_ARGS];
+                        let mut views = [&[][..]; super::simd::CHAIN_ARGS];
+                        if let Some(t) = tail {
                             self.f32_views(&t.args, inputs, blocks, outs, shapes, &mut views)?;
-                            fused::run_chain(ctx, &t.steps, lay, &views[..t.args.len()], o);
                         }
-                        Ok(())
+                        let tail = tail.as_ref().zip(lay.as_ref()).map(|(t, lay)| Chain {
+                            steps: &t.steps,
+                            lay,
+                            args: &views[..t.args.len()],
+                        });
+                        kernels::norm::square_mean(ctx, x, mp, mean.act, tail, o)
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
@@ -297,9 +297,8 @@ impl SegmentPlan {
                             return Err("fused norm on non-fp32 values".into());
                         };
                         // On `x` just written inline (a qs8 RMSNorm's dequantized input) the
-                        // group stays on this core, as a chain does (`reads_fresh`).
-                        let serial = Ctx { isa: ctx.isa, pool: Pool::serial() };
-                        let ctx = if self.reads_fresh(&[xi], x.len(), split_written) { &serial } else { ctx };
+                        // group stays on this core, as a chain does.
+                        let ctx = &self.fresh_ctx(ctx, &[xi], x.len(), split_written);
                         let mut tail_views = [&[][..]; super::simd::CHAIN_ARGS];
                         if let Some(t) = tail {
                             self.f32_views(&t.args, inputs, blocks, outs, shapes, &mut tail_views)?;
@@ -323,7 +322,7 @@ impl SegmentPlan {
                         let k = apply.args.len();
                         // Block by block of rows where the mean is one row per output and its
                         // rows are not split across threads (else the groups one after the other).
-                        let rows = mp.last_dim_rows().filter(|&(rows, len)| {
+                        let rows = mp.r.last_dim_rows().filter(|&(rows, len)| {
                             rows == r.len()
                                 && len > 0
                                 && shapes[out_node.output] == shapes[xi]
@@ -335,13 +334,7 @@ impl SegmentPlan {
                             kernels::norm::run(ctx, &n, r, o);
                             return Ok(());
                         }
-                        kernels::mean::mean_f32_planned(ctx, x, mp, Term::Square, r)?;
-                        if let Some((lo, hi)) = mean.act {
-                            kernels::elementwise::clamp_f32(ctx, r, lo, hi);
-                        }
-                        if let Some(t) = tail {
-                            fused::run_chain(ctx, t.steps, t.lay, t.args, r);
-                        }
+                        kernels::norm::square_mean(ctx, x, mp, mean.act, tail, r)?;
                         views[norm_arg] = r;
                         fused::run_chain(ctx, &apply.steps, lay, &views[..k], o);
                         Ok(())
@@ -352,9 +345,7 @@ impl SegmentPlan {
                     let (qn, dn) = (&self.nodes[*i], &self.nodes[i + 1]);
                     self.with_dest(dn, shapes, blocks, outs, |blocks, outs, out| {
                         let x = self.view_of(qn.inputs[0], inputs, blocks, outs, shapes);
-                        // Each convert's parameters as `exec` picks them.
-                        let q = |a: usize, b: usize| self.values[a].quant.or(self.values[b].quant);
-                        let (to, back) = (q(qn.inputs[0], qn.output), q(qn.output, dn.output));
+                        let (to, back) = (self.convert_quant(qn), self.convert_quant(dn));
                         let (View::F32(x), ViewMut::F32(o), Some(to), Some(back)) = (x, out, to, back) else {
                             return Err("quantize and dequantize without f32 ends or parameters".into());
                         };
@@ -370,8 +361,7 @@ impl SegmentPlan {
                             ViewMut::F32(o) => {
                                 let mut views = [&[][..]; super::simd::CHAIN_ARGS];
                                 self.f32_views(args, inputs, blocks, outs, shapes, &mut views)?;
-                                let serial = Ctx { isa: ctx.isa, pool: Pool::serial() };
-                                let ctx = if self.reads_fresh(args, o.len(), split_written) { &serial } else { ctx };
+                                let ctx = &self.fresh_ctx(ctx, args, o.len(), split_written);
                                 fused::run_chain(ctx, steps, lay, &views[..k], o);
                                 return Ok(());
                             }
@@ -564,15 +554,25 @@ impl SegmentPlan {
         Ok(())
     }
 
-    /// Whether a chain of `n` outputs reads an operand of its size that an earlier group of
-    /// this run wrote inline, small enough to still be in this core's cache
-    /// ([`FRESH_INLINE_BYTES`]): the chain then runs inline too.
-    fn reads_fresh(&self, args: &[usize], n: usize, split_written: &[bool]) -> bool {
-        n * 4 < FRESH_INLINE_BYTES
+    /// The context of a group of `n` f32 outputs over operands `args`: `ctx`, or one without
+    /// workers where an operand of its size was written inline earlier in this run and is
+    /// small enough to still be in this core's cache ([`FRESH_INLINE_BYTES`]).
+    fn fresh_ctx<'p>(&self, ctx: &Ctx<'p>, args: &[usize], n: usize, split_written: &[bool]) -> Ctx<'p> {
+        let fresh = n * 4 < FRESH_INLINE_BYTES
             && args.iter().any(|&a| {
                 let v = &self.values[a];
                 matches!(v.loc, Loc::Block(_) | Loc::Output(_)) && v.max_numel >= n && !split_written[a]
-            })
+            });
+        if fresh {
+            Ctx { isa: ctx.isa, pool: Pool::serial() }
+        } else {
+            *ctx
+        }
+    }
+
+    /// The quantization a convert node uses: its input's, else its output's.
+    fn convert_quant(&self, n: &NodePlan) -> Option<Quant> {
+        self.values[n.inputs[0]].quant.or(self.values[n.output].quant)
     }
 
     /// The current contents of value `vi`.
@@ -746,10 +746,7 @@ impl SegmentPlan {
                 _ => Err("qs8 clamp of a non-int8 operand".into()),
             },
             Kernel::Unary(f) => kernels::elementwise::unary(ctx, *f, x, out_re, n.act, scratch),
-            Kernel::Convert => {
-                let q = self.values[n.inputs[0]].quant.or(self.values[n.output].quant);
-                kernels::convert::convert(ctx, x, out_re, q)
-            }
+            Kernel::Convert => kernels::convert::convert(ctx, x, out_re, self.convert_quant(n)),
             Kernel::Gap { .. } => kernels::gap::gap_nhwc(ctx, x, in_shapes[0], out_re, qpair(), scratch),
             Kernel::Mean { axes, .. } => match (mean_plan, x, out_re) {
                 (Some(mp), View::F32(xf), ViewMut::F32(o)) => {

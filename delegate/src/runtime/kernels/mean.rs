@@ -85,6 +85,14 @@ pub struct MeanPlan {
     st: [usize; 6],
 }
 
+impl Reduction {
+    /// `(rows, len)` where each output is the mean of one row of `len` elements and
+    /// consecutive outputs are consecutive rows (a last-dim mean: `[rows, len]`).
+    pub fn last_dim_rows(&self) -> Option<(usize, usize)> {
+        (self.contiguous && self.shape[1] == 1 && self.shape[3] == 1).then_some((self.outputs, self.shape[5]))
+    }
+}
+
 impl MeanPlan {
     pub fn new(shape: &[usize], axes: &[usize]) -> MeanPlan {
         let r = normalize(shape, axes);
@@ -93,13 +101,6 @@ impl MeanPlan {
             st[i] = st[i + 1] * r.shape[i + 1];
         }
         MeanPlan { r, st }
-    }
-
-    /// `(rows, len)` where each output is the mean of one row of `len` elements and
-    /// consecutive outputs are consecutive rows (a last-dim mean: `[rows, len]`).
-    pub fn last_dim_rows(&self) -> Option<(usize, usize)> {
-        let r = &self.r;
-        (r.contiguous && r.shape[1] == 1 && r.shape[3] == 1).then_some((r.outputs, r.shape[5]))
     }
 
     /// What each sum is multiplied by (`1 / n`, as `mean_f32_planned` scales).
@@ -170,9 +171,8 @@ fn contiguous_f32(ctx: &Ctx, x: &[f32], r: &Reduction, st: &[usize; 6], scale: f
         }
         return;
     }
-    if r.shape[1] == 1 && r.shape[3] == 1 {
+    if let Some((_, len)) = r.last_dim_rows() {
         // One row per output, and consecutive outputs are consecutive rows: [outputs, len].
-        let len = r.shape[5];
         ctx.par_chunks(out, bytes, 1, true, |start, chunk| {
             simd::row_sums_f32(isa, x, start * len, len, scale, chunk, term)
         });
@@ -335,11 +335,10 @@ fn rows_f16_tiled(
 ) -> Result<Option<()>, String> {
     let r = normalize(shape, axes);
     check_sizes(&r, x.len(), n_out)?;
-    let len = r.shape[5];
     let split = splits_rows(ctx, n_out, x.len() * 4);
-    if !(r.contiguous && r.shape[1] == 1 && r.shape[3] == 1) || len == 0 || len > TILE || split {
+    let Some((_, len)) = r.last_dim_rows().filter(|&(_, len)| len > 0 && len <= TILE && !split) else {
         return Ok(None);
-    }
+    };
     let (isa, scale, per) = (ctx.isa, scale_of(r.n), TILE / len);
     let half = match x {
         View::F16(h) => simd::Half::F16(h),
@@ -434,9 +433,8 @@ fn mean_qs8(
     let isa = ctx.isa;
     let mult = qi.scale * scale_of(r.n) / qo.scale;
     let n = r.n;
-    if r.contiguous && r.shape[1] == 1 && r.shape[3] == 1 {
+    if let Some((_, len)) = r.last_dim_rows() {
         // A last-dim mean: output `i` sums the row at `i * len`.
-        let len = r.shape[5];
         ctx.par_chunks(out, x.len(), 1, true, |start, chunk| {
             let mut acc = [0i32; 256];
             for (k, c) in chunk.chunks_mut(acc.len()).enumerate() {

@@ -5,7 +5,8 @@
 //! (`simd::row_sums_f32` per row, `simd::chain_rows` on a range of the output), on the same
 //! elements in the same order, so the same bits.
 
-use super::Ctx;
+use super::mean::{mean_f32_planned, MeanPlan};
+use super::{elementwise, fused, Ctx};
 use crate::runtime::pool::Parts;
 use crate::runtime::simd::{self, ChainLayout, ChainStep, Term, CHAIN_ARGS};
 
@@ -38,6 +39,27 @@ pub struct Norm<'a> {
     /// whose slice in `apply.args` is not read (the rows computed here are).
     pub apply: Chain<'a>,
     pub norm_arg: usize,
+}
+
+/// The square-mean part over whole arrays (`fuse::Group::SquareMean`, and a `Norm` whose rows
+/// cannot go block by block): the mean of squares of `x` into `out`, the mean node's output
+/// range, then its tail in place.
+pub fn square_mean(
+    ctx: &Ctx,
+    x: &[f32],
+    mp: &MeanPlan,
+    act: Option<(f32, f32)>,
+    tail: Option<Chain>,
+    out: &mut [f32],
+) -> Result<(), String> {
+    mean_f32_planned(ctx, x, mp, Term::Square, out)?;
+    if let Some((lo, hi)) = act {
+        elementwise::clamp_f32(ctx, out, lo, hi);
+    }
+    if let Some(t) = tail {
+        fused::run_chain(ctx, t.steps, t.lay, t.args, out);
+    }
+    Ok(())
 }
 
 /// Runs `n` into `norm` (one value per row: the tail's output) and `out` (`x`'s size),
