@@ -428,11 +428,12 @@ fn large_constant_linear_weights_are_packed_once_and_give_the_in_order_sums() {
             let got = p.run(std::slice::from_ref(&xt)).unwrap()[0].values_f64();
             for r in 0..m {
                 for c in 0..n {
-                    // The packed path's order, in f32: the bias, then each product in k order
-                    // (the dot products it replaced sum in 16 lanes: other bits).
+                    // The packed path's order, in f32: the bias, then one fused multiply-add
+                    // per product in k order (the dot products it replaced sum in 16 lanes;
+                    // unfused, other bits).
                     let mut s = bv[c] as f32;
                     for j in 0..k {
-                        s += xv[r * k + j] as f32 * wv[c * k + j] as f32;
+                        s = (xv[r * k + j] as f32).mul_add(wv[c * k + j] as f32, s);
                     }
                     assert_eq!((got[r * n + c] as f32).to_bits(), s.to_bits(), "[{r}, {c}] t{threads} {policy:?}");
                 }

@@ -155,9 +155,7 @@ pub fn fully_connected(
         ctx.par_chunks(o, (m * k + n * k) * 4, 16, false, |start, chunk| {
             match &weights {
                 Weights::KByN(wt, d) => simd::gemm_rows(isa, chunk, start, xf, wt, *d, bf),
-                Weights::Panels(wp) => {
-                    simd::gemm_panels(isa, chunk, start, xf, wp, simd::Panels { k, n }, bf, isa.wide_registers())
-                }
+                Weights::Panels(wp) => simd::gemm_panels(isa, chunk, start, xf, wp, simd::Panels { k, n }, bf),
                 Weights::NByK(wf) => {
                     dots_in_place(isa, chunk, start, xf, wf, n, k);
                     if let Some(b) = bf {
@@ -254,9 +252,12 @@ mod tests {
                                     pool.threads()
                                 );
                                 if n * k <= SMALL_WEIGHTS || pw.is_some() {
+                                    // Small weights: each product rounded, then each sum;
+                                    // packed panels: one fused multiply-add per term.
                                     let mut s = b[c];
                                     for j in 0..k {
-                                        s += x[r * k + j] * w[c * k + j];
+                                        let (xj, wj) = (x[r * k + j], w[c * k + j]);
+                                        s = if pw.is_some() { xj.mul_add(wj, s) } else { s + xj * wj };
                                     }
                                     assert_eq!(got.to_bits(), s.to_bits(), "{what}");
                                 } else {
