@@ -1,8 +1,9 @@
-//! Time per bound invoke of one named bench program (StaticMean, cost model) at 1 and 2
+//! Time per bound invoke of one named bench program (StaticMean unless `MODE`, cost model) at 1 and 2
 //! threads, the minimum of several batches (robust to bursts on a shared machine):
 //! `cargo run --release -p harness --example program_cost -- NAME [BATCHES] [RUNS]`
 //! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only;
-//! `SIMD=avx2` (or `scalar`) runs a narrower instruction set than the CPU's widest.
+//! `SIMD=avx2` (or `scalar`) runs a narrower instruction set than the CPU's widest;
+//! `MODE=nhwc_aware` (or `main`) lowers with that mode instead of StaticMean.
 use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
 use delegate::LoweringMode;
 use harness::{bench, engine};
@@ -16,7 +17,12 @@ fn main() {
     let p = harness::programs::find(&name).unwrap_or_else(|| panic!("no program {name}"));
     let graph = p.graph().expect("program graph");
     // Lowered and fed as the sweep does (its default seed is 1).
-    let lowered = engine::payload::lower(&graph, LoweringMode::StaticMean, p.enable_bf16).expect("lowering");
+    let mode = match std::env::var("MODE").as_deref() {
+        Ok("nhwc_aware") => LoweringMode::NhwcAware,
+        Ok("main") => LoweringMode::Main,
+        _ => LoweringMode::StaticMean,
+    };
+    let lowered = engine::payload::lower(&graph, mode, p.enable_bf16).expect("lowering");
     let inputs = bench::timing_inputs(&graph, 1);
     let threads: Vec<usize> = match std::env::var("THREADS").ok().and_then(|s| s.parse().ok()) {
         Some(t) => vec![t],
