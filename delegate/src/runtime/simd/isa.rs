@@ -32,11 +32,12 @@ impl Isa {
         None
     }
 
-    /// AVX-512F plus everything [`Isa::avx2`] needs, if the CPU has them.
+    /// AVX-512F and AVX-512BW (every AVX-512 CPU since Skylake-SP, Zen 4 included) plus
+    /// everything [`Isa::avx2`] needs, if the CPU has them.
     pub fn avx512() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx512f") && Isa::avx2().is_some() {
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && Isa::avx2().is_some() {
                 return Some(Isa(Level::Avx512));
             }
         }
