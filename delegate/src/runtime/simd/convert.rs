@@ -275,12 +275,11 @@ pub(super) mod x86 {
         n
     }
 
-    /// [`quantize_avx2`]'s result in 16 lanes, in fewer steps: the scaled value `v` clamped to
+    /// [`quantize_avx2`]'s result in 16 lanes, in fewer steps: the scaled value clamped to
     /// `[-128 - zp, 127 - zp]` first (integer bounds, so rounding then adding `zp` gives the
     /// int8 bound exactly where the unclamped value would saturate, and no conversion
-    /// overflows),
-    /// rounded half to even into int32 with NaN lanes zeroed (so they come out as `zp`), plus
-    /// `zp`, then narrowed with saturation by two packs and one permute per 64 values (33
+    /// overflows), rounded half to even into int32 with NaN lanes zeroed (so they come out as
+    /// `zp`), plus `zp`, then narrowed by two packs and one permute per 64 values (33
     /// instructions where `vpmovdb` narrowing took 56: a qs8 mean's input quantize was most
     /// of its time).
     ///
