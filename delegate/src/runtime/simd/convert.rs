@@ -234,18 +234,22 @@ pub(super) mod x86 {
     }
 
     /// `round_half_even(v * inv) + zp` clamped to the int8 range as int32, a NaN lane zp (the
-    /// plain loop's steps), for the 8 values at `p`.
+    /// plain loop's result) for the 8 values at `p`: the scaled value clamped to
+    /// `[-128 - zp, 127 - zp]` first (integer bounds: the int8 bound comes out exactly where
+    /// clamping after the rounding puts it, and the conversion cannot overflow), converted
+    /// with the default rounding (half to even; Rust never changes MXCSR), NaN lanes zeroed,
+    /// plus `zp`.
     ///
     /// # Safety
     /// AVX2 available; 8 f32 readable at `p`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn quantize8(p: *const f32, inv: __m256, z: __m256, lo: __m256, hi: __m256) -> __m256i {
+    unsafe fn quantize8(p: *const f32, inv: __m256, z: __m256i, lo: __m256, hi: __m256) -> __m256i {
         // SAFETY: 8 values at `p` (the caller's guarantee).
         let v = _mm256_mul_ps(unsafe { _mm256_loadu_ps(p) }, inv);
-        let r = _mm256_add_ps(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v), z);
-        let c = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
-        _mm256_cvttps_epi32(_mm256_blendv_ps(c, z, _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r)))
+        let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
+        let c = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        _mm256_add_epi32(_mm256_and_si256(_mm256_cvtps_epi32(c), ordered), z)
     }
 
     /// # Safety
@@ -255,8 +259,8 @@ pub(super) mod x86 {
     pub unsafe fn quantize_avx2(x: &[f32], inv_scale: f32, zp: i32, out: &mut [i8]) -> usize {
         let n = out.len() / 32 * 32;
         let zpf = (zp as f32).clamp(-128.0, 127.0);
-        let (inv, z, lo, hi) =
-            (_mm256_set1_ps(inv_scale), _mm256_set1_ps(zpf), _mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+        let (inv, lo, hi) = (_mm256_set1_ps(inv_scale), _mm256_set1_ps(-128.0 - zpf), _mm256_set1_ps(127.0 - zpf));
+        let z = _mm256_set1_epi32(zpf as i32);
         // `packs` interleaves 128-bit lanes: this puts the 8 groups of 4 bytes back in order.
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let mut i = 0;
