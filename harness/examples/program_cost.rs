@@ -3,9 +3,11 @@
 //! `cargo run --release -p harness --example program_cost -- NAME [BATCHES] [RUNS]`
 //! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only;
 //! `SIMD=avx2` (or `scalar`) runs a narrower instruction set than the CPU's widest;
-//! `MODE=nhwc_aware` (or `main`) lowers with that mode instead of StaticMean.
+//! `MODE=nhwc_aware` (or `main`) lowers with that mode instead of StaticMean; `ENGINE=xnnpack` times
+//! real XNNPACK's bound program instead of ours (as the sweep binds it).
 use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
 use delegate::LoweringMode;
+use harness::engine::{Config, Engine, Simd, Subject};
 use harness::{bench, engine};
 use std::time::Instant;
 
@@ -33,21 +35,36 @@ fn main() {
         Ok("scalar") => SimdLevel::Scalar,
         _ => SimdLevel::Auto,
     };
+    let xnnpack = std::env::var("ENGINE").as_deref() == Ok("xnnpack");
     for t in threads {
+        if xnnpack {
+            let config = Config { threads: t, simd: Simd::Best, policy: None, own_pool: true };
+            let mut inst = engine::Xnnpack::new().build(Subject::lowered(&graph, &lowered), config).expect("xnnpack");
+            let mut b = inst.bind(inputs.clone()).expect("bind");
+            let best = best_of(batches, runs, || b.invoke().expect("invoke"));
+            println!("{name} xnnpack threads {t}: {:.2} us (minimum of {batches} batches of {runs})", best / 1e3);
+            continue;
+        }
         let prog = Program::new(
             &lowered,
             &RunOptions { threads: t, policy: ThreadPolicy::CostModel, simd, ..RunOptions::default() },
         )
         .expect("program");
         let mut b = prog.bind(inputs.clone()).expect("bind");
-        let mut best = f64::INFINITY;
-        for _ in 0..batches {
-            let s = Instant::now();
-            for _ in 0..runs {
-                b.invoke().expect("invoke");
-            }
-            best = best.min(s.elapsed().as_nanos() as f64 / runs as f64);
-        }
+        let best = best_of(batches, runs, || b.invoke().expect("invoke"));
         println!("{name} threads {t}: {:.2} us (minimum of {batches} batches of {runs})", best / 1e3);
     }
+}
+
+/// Nanoseconds per call of `f`: the minimum over `batches` batches of `runs` calls.
+fn best_of(batches: usize, runs: usize, mut f: impl FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..batches {
+        let s = Instant::now();
+        for _ in 0..runs {
+            f();
+        }
+        best = best.min(s.elapsed().as_nanos() as f64 / runs as f64);
+    }
+    best
 }

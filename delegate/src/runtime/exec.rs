@@ -56,8 +56,10 @@ enum Prepared {
     SquareMeanNarrow,
     /// A fused chain.
     Chain(ChainLayout),
-    /// A fused square and mean, its tail's layout, its chain's layout.
-    Norm(MeanPlan, Option<ChainLayout>, ChainLayout),
+    /// A fused square and mean, its tail's layout, its chain's layout, and its rows
+    /// (`(rows, len)`) where it can run block by block of rows: a last-dim mean with one row
+    /// per output and the chain's output of `x`'s shape.
+    Norm(MeanPlan, Option<ChainLayout>, ChainLayout, Option<(usize, usize)>),
 }
 
 /// Most inputs a node reads (a convolution or fully connected node with a bias); `compile`
@@ -161,6 +163,11 @@ impl SegmentPlan {
     /// run every value's shape is written before it is read (inputs are bound first, node
     /// outputs inferred in node order), except constants', which never change.
     pub fn fit_state(&self, state: &mut SegmentState) {
+        // Fitted to this plan by an earlier run, which reshaped it: nothing to grow (blocks
+        // only grow here, and another plan's fit would have changed `plan`).
+        if state.plan == self.id && state.shaped_for.is_some() {
+            return;
+        }
         state.blocks.resize_with(self.block_lines.len(), Vec::new);
         for (b, &n) in state.blocks.iter_mut().zip(&self.block_lines) {
             if b.len() < n {
@@ -287,7 +294,7 @@ impl SegmentPlan {
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
-                (Group::Norm { square, tail, apply }, Prepared::Norm(mp, tail_lay, lay)) if fuse => {
+                (Group::Norm { square, tail, apply }, Prepared::Norm(mp, tail_lay, lay, rows)) if fuse => {
                     let mean = &self.nodes[square + 1];
                     let (norm_node, out_node) = (&self.nodes[apply.first - 1], &self.nodes[apply.last]);
                     let xi = self.nodes[*square].inputs[0];
@@ -320,14 +327,9 @@ impl SegmentPlan {
                             *d = v;
                         }
                         let k = apply.args.len();
-                        // Block by block of rows where the mean is one row per output and its
-                        // rows are not split across threads (else the groups one after the other).
-                        let rows = mp.r.last_dim_rows().filter(|&(rows, len)| {
-                            rows == r.len()
-                                && len > 0
-                                && shapes[out_node.output] == shapes[xi]
-                                && !kernels::mean::splits_rows(ctx, rows, x.len() * 4)
-                        });
+                        // Block by block of rows where the mean's rows are not split across
+                        // threads (else the groups one after the other).
+                        let rows = rows.filter(|&(rows, _)| !kernels::mean::splits_rows(ctx, rows, x.len() * 4));
                         if let Some((_, len)) = rows {
                             let apply = Chain { steps: &apply.steps, lay, args: &views[..k] };
                             let n = Norm { x, len, scale: mp.scale(), act: mean.act, tail, apply, norm_arg };
@@ -516,7 +518,15 @@ impl SegmentPlan {
                     f32_mean(&self.nodes[square + 1]),
                     self.chain_layout(apply.first, apply.last, &apply.args, shapes),
                 ) {
-                    (Some(mp), Some(lay)) => Prepared::Norm(mp, tail_lay, lay),
+                    (Some(mp), Some(lay)) => {
+                        let (norm, out) = (self.nodes[apply.first - 1].output, self.nodes[apply.last].output);
+                        let x = self.nodes[*square].inputs[0];
+                        let rows = mp
+                            .r
+                            .last_dim_rows()
+                            .filter(|&(rows, len)| rows == numel(&shapes[norm]) && len > 0 && shapes[out] == shapes[x]);
+                        Prepared::Norm(mp, tail_lay, lay, rows)
+                    }
                     _ => Prepared::Nodes,
                 }
             }

@@ -266,12 +266,13 @@ impl ChainLayout {
 /// over the same arrays: 25-26 us); the cost per block is what smaller blocks pay.
 const TILE: usize = 4096;
 
-/// An operand of one step over one row.
-#[derive(Clone, Copy)]
-enum Opd<'a> {
+/// What an operand of a block is in each of its rows: the running value, a row of
+/// elements, or one value (the same kind in every row of a block).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
     Acc,
-    Row(&'a [f32]),
-    Scalar(f32),
+    Row,
+    Scalar,
 }
 
 /// An operand of one step over a block of `rows` rows of `w` elements.
@@ -299,28 +300,44 @@ impl<'a> BlockOpd<'a> {
         matches!(self, BlockOpd::Rows { .. } | BlockOpd::RowScalar { .. })
     }
 
-    /// The operand over the whole block (not per row), or over row `j` of width `w`.
     #[inline(always)]
-    fn row(self, j: usize, w: usize) -> Opd<'a> {
+    fn kind(self) -> Kind {
         match self {
-            BlockOpd::Acc => Opd::Acc,
-            BlockOpd::Flat(s) => Opd::Row(&s[j * w..(j + 1) * w]),
-            BlockOpd::Const(v) => Opd::Scalar(v),
-            BlockOpd::Rows { base, stride } => Opd::Row(&base[j * stride..j * stride + w]),
-            BlockOpd::RowScalar { base, stride } => Opd::Scalar(base[j * stride]),
+            BlockOpd::Acc => Kind::Acc,
+            BlockOpd::Flat(_) | BlockOpd::Rows { .. } => Kind::Row,
+            BlockOpd::Const(_) | BlockOpd::RowScalar { .. } => Kind::Scalar,
         }
     }
 
+    /// Row `j` of width `w` of a [`Kind::Row`] operand.
     #[inline(always)]
-    fn whole(self) -> Opd<'a> {
+    fn slice(self, j: usize, w: usize) -> &'a [f32] {
         match self {
-            BlockOpd::Acc => Opd::Acc,
-            BlockOpd::Flat(s) => Opd::Row(s),
-            BlockOpd::Const(v) => Opd::Scalar(v),
-            // Not reached: `per_row` operands go row by row.
-            BlockOpd::Rows { base, .. } => Opd::Row(base),
-            BlockOpd::RowScalar { base, .. } => Opd::Scalar(base[0]),
+            BlockOpd::Flat(s) => &s[j * w..(j + 1) * w],
+            BlockOpd::Rows { base, stride } => &base[j * stride..j * stride + w],
+            BlockOpd::Acc | BlockOpd::Const(_) | BlockOpd::RowScalar { .. } => &[],
         }
+    }
+
+    /// Row `j`'s value of a [`Kind::Scalar`] operand.
+    #[inline(always)]
+    fn scalar(self, j: usize) -> f32 {
+        match self {
+            BlockOpd::Const(v) => v,
+            BlockOpd::RowScalar { base, stride } => base[j * stride],
+            BlockOpd::Acc | BlockOpd::Flat(_) | BlockOpd::Rows { .. } => 0.0,
+        }
+    }
+}
+
+/// A block of `o.len()` elements as rows for the per-row helpers: rows of `w` where an
+/// operand changes per row, else one row of the whole block (one pass).
+#[inline(always)]
+fn row_width(per_row: bool, w: usize, o: &[f32]) -> usize {
+    if per_row {
+        w
+    } else {
+        o.len().max(1)
     }
 }
 
@@ -330,13 +347,7 @@ impl<'a> BlockOpd<'a> {
 fn chain_step<'a>(st: &ChainStep, opd: impl Fn(Src) -> BlockOpd<'a> + Copy, w: usize, o: &mut [f32], rounding: Isa) {
     let unary = |x: Src, o: &mut [f32], f: fn(f32) -> f32| {
         let x = opd(x);
-        if x.per_row() {
-            for (j, oj) in o.chunks_exact_mut(w).enumerate() {
-                chain_unary(x.row(j, w), oj, f);
-            }
-        } else {
-            chain_unary(x.whole(), o, f);
-        }
+        chain_unary(x, row_width(x.per_row(), w, o), o, f);
     };
     match *st {
         ChainStep::Bin { op, a, b } => {
@@ -361,98 +372,91 @@ fn chain_step<'a>(st: &ChainStep, opd: impl Fn(Src) -> BlockOpd<'a> + Copy, w: u
     }
 }
 
-/// `o = f(a, b)` over one row or block, `f` one of the binary ops (`bin_apply`'s arithmetic).
+/// `o = f(a, b)` over a block of rows of `w` elements, `f` one of the binary ops
+/// (`bin_apply`'s arithmetic): the operands' kinds matched once, then a pass per row (one
+/// pass over the block when neither operand changes per row).
 #[inline(always)]
-fn bin_fn(a: Opd, b: Opd, o: &mut [f32], f: impl Fn(f32, f32) -> f32) {
-    let n = o.len();
-    match (a, b) {
-        (Opd::Acc, Opd::Acc) => o.iter_mut().for_each(|v| *v = f(*v, *v)),
-        (Opd::Acc, Opd::Row(y)) => o.iter_mut().zip(&y[..n]).for_each(|(v, &y)| *v = f(*v, y)),
-        (Opd::Acc, Opd::Scalar(s)) => o.iter_mut().for_each(|v| *v = f(*v, s)),
-        (Opd::Row(x), Opd::Acc) => o.iter_mut().zip(&x[..n]).for_each(|(v, &x)| *v = f(x, *v)),
-        (Opd::Scalar(s), Opd::Acc) => o.iter_mut().for_each(|v| *v = f(s, *v)),
-        (Opd::Row(x), Opd::Row(y)) => {
-            let (x, y) = (&x[..n], &y[..n]);
-            for i in 0..n {
-                o[i] = f(x[i], y[i]);
+fn bin_block(a: BlockOpd, b: BlockOpd, w: usize, o: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    let w = row_width(a.per_row() || b.per_row(), w, o);
+    let rows = o.chunks_exact_mut(w).enumerate();
+    match (a.kind(), b.kind()) {
+        (Kind::Acc, Kind::Acc) => o.iter_mut().for_each(|v| *v = f(*v, *v)),
+        (Kind::Acc, Kind::Row) => {
+            for (j, o) in rows {
+                o.iter_mut().zip(b.slice(j, w)).for_each(|(v, &y)| *v = f(*v, y));
             }
         }
-        (Opd::Row(x), Opd::Scalar(s)) => o.iter_mut().zip(&x[..n]).for_each(|(v, &x)| *v = f(x, s)),
-        (Opd::Scalar(s), Opd::Row(y)) => o.iter_mut().zip(&y[..n]).for_each(|(v, &y)| *v = f(s, y)),
-        (Opd::Scalar(s), Opd::Scalar(t)) => o.fill(f(s, t)),
+        (Kind::Acc, Kind::Scalar) => {
+            for (j, o) in rows {
+                let s = b.scalar(j);
+                o.iter_mut().for_each(|v| *v = f(*v, s))
+            }
+        }
+        (Kind::Row, Kind::Acc) => {
+            for (j, o) in rows {
+                o.iter_mut().zip(a.slice(j, w)).for_each(|(v, &x)| *v = f(x, *v));
+            }
+        }
+        (Kind::Scalar, Kind::Acc) => {
+            for (j, o) in rows {
+                let s = a.scalar(j);
+                o.iter_mut().for_each(|v| *v = f(s, *v))
+            }
+        }
+        (Kind::Row, Kind::Row) => {
+            for (j, o) in rows {
+                let n = o.len();
+                let (x, y) = (&a.slice(j, w)[..n], &b.slice(j, w)[..n]);
+                for i in 0..n {
+                    o[i] = f(x[i], y[i]);
+                }
+            }
+        }
+        (Kind::Row, Kind::Scalar) => {
+            for (j, o) in rows {
+                let s = b.scalar(j);
+                o.iter_mut().zip(a.slice(j, w)).for_each(|(v, &x)| *v = f(x, s))
+            }
+        }
+        (Kind::Scalar, Kind::Row) => {
+            for (j, o) in rows {
+                let s = a.scalar(j);
+                o.iter_mut().zip(b.slice(j, w)).for_each(|(v, &y)| *v = f(s, y))
+            }
+        }
+        (Kind::Scalar, Kind::Scalar) => {
+            for (j, o) in rows {
+                o.fill(f(a.scalar(j), b.scalar(j)));
+            }
+        }
     }
 }
 
-/// A binary step over a block of rows of `w` elements: one pass when neither operand
-/// changes per row, else one per row (the operation chosen once per block, not per row).
+/// `o = f(x)` over a block in rows of `w` elements, for an operand `x` (the block itself, a
+/// row or a broadcast scalar).
 #[inline(always)]
-fn bin_block(a: BlockOpd, b: BlockOpd, w: usize, o: &mut [f32], f: impl Fn(f32, f32) -> f32 + Copy) {
-    if a.per_row() || b.per_row() {
-        for (j, oj) in o.chunks_exact_mut(w).enumerate() {
-            bin_fn(a.row(j, w), b.row(j, w), oj, f);
+fn chain_unary(x: BlockOpd, w: usize, o: &mut [f32], f: impl Fn(f32) -> f32) {
+    let rows = o.chunks_exact_mut(w).enumerate();
+    match x.kind() {
+        Kind::Acc => o.iter_mut().for_each(|v| *v = f(*v)),
+        Kind::Row => {
+            for (j, o) in rows {
+                o.iter_mut().zip(x.slice(j, w)).for_each(|(v, &x)| *v = f(x));
+            }
         }
-    } else {
-        bin_fn(a.whole(), b.whole(), o, f);
+        Kind::Scalar => {
+            for (j, o) in rows {
+                o.fill(f(x.scalar(j)));
+            }
+        }
     }
 }
 
-/// `o = g(f(a, b), c)` over one row or block in one pass: two binary steps with the
-/// intermediate kept in registers (one store per element instead of two). The first step's
-/// operands are rows, scalars or the running value on the left; `false` (nothing done) for
-/// other combinations, which then run step by step.
-#[inline(always)]
-fn pair_fn(a: Opd, b: Opd, c: Opd, o: &mut [f32], f: impl Fn(f32, f32) -> f32, g: impl Fn(f32, f32) -> f32) -> bool {
-    let n = o.len();
-    match (a, b, c) {
-        (Opd::Row(x), Opd::Row(y), Opd::Row(z)) => {
-            let (x, y, z) = (&x[..n], &y[..n], &z[..n]);
-            for i in 0..n {
-                o[i] = g(f(x[i], y[i]), z[i]);
-            }
-        }
-        (Opd::Row(x), Opd::Row(y), Opd::Scalar(s)) => {
-            let (x, y) = (&x[..n], &y[..n]);
-            for i in 0..n {
-                o[i] = g(f(x[i], y[i]), s);
-            }
-        }
-        (Opd::Row(x), Opd::Scalar(t), Opd::Row(z)) => {
-            let (x, z) = (&x[..n], &z[..n]);
-            for i in 0..n {
-                o[i] = g(f(x[i], t), z[i]);
-            }
-        }
-        (Opd::Row(x), Opd::Scalar(t), Opd::Scalar(s)) => {
-            o.iter_mut().zip(&x[..n]).for_each(|(v, &x)| *v = g(f(x, t), s));
-        }
-        (Opd::Scalar(t), Opd::Row(y), Opd::Row(z)) => {
-            let (y, z) = (&y[..n], &z[..n]);
-            for i in 0..n {
-                o[i] = g(f(t, y[i]), z[i]);
-            }
-        }
-        (Opd::Scalar(t), Opd::Row(y), Opd::Scalar(s)) => {
-            o.iter_mut().zip(&y[..n]).for_each(|(v, &y)| *v = g(f(t, y), s));
-        }
-        (Opd::Acc, Opd::Row(y), Opd::Row(z)) => {
-            let (y, z) = (&y[..n], &z[..n]);
-            for i in 0..n {
-                o[i] = g(f(o[i], y[i]), z[i]);
-            }
-        }
-        (Opd::Acc, Opd::Row(y), Opd::Scalar(s)) => {
-            o.iter_mut().zip(&y[..n]).for_each(|(v, &y)| *v = g(f(*v, y), s));
-        }
-        (Opd::Acc, Opd::Scalar(t), Opd::Row(z)) => {
-            o.iter_mut().zip(&z[..n]).for_each(|(v, &z)| *v = g(f(*v, t), z));
-        }
-        (Opd::Acc, Opd::Scalar(t), Opd::Scalar(s)) => o.iter_mut().for_each(|v| *v = g(f(*v, t), s)),
-        _ => return false,
-    }
-    true
-}
-
-/// [`pair_fn`] over a block of rows of `w` elements (per row when an operand changes per row).
+/// `o = g(f(a, b), c)` over a block of rows of `w` elements in one pass per row (one pass
+/// over the block when no operand changes per row): two binary steps with the intermediate
+/// kept in registers (one store per element instead of two). The first step's operands are
+/// rows, scalars or the running value on the left; `false` (nothing done) for other
+/// combinations, which then run step by step. The kinds are matched once per block.
 #[inline(always)]
 fn pair_block(
     (a, b, c): (BlockOpd, BlockOpd, BlockOpd),
@@ -461,17 +465,88 @@ fn pair_block(
     f: impl Fn(f32, f32) -> f32 + Copy,
     g: impl Fn(f32, f32) -> f32 + Copy,
 ) -> bool {
-    if a.per_row() || b.per_row() || c.per_row() {
-        if !pair_fn(a.row(0, w), b.row(0, w), c.row(0, w), &mut [], f, g) {
-            return false;
+    use Kind::{Acc, Row, Scalar};
+    let w = row_width(a.per_row() || b.per_row() || c.per_row(), w, o);
+    let rows = o.chunks_exact_mut(w).enumerate();
+    match (a.kind(), b.kind(), c.kind()) {
+        (Row, Row, Row) => {
+            for (j, o) in rows {
+                let n = o.len();
+                let (x, y, z) = (&a.slice(j, w)[..n], &b.slice(j, w)[..n], &c.slice(j, w)[..n]);
+                for i in 0..n {
+                    o[i] = g(f(x[i], y[i]), z[i]);
+                }
+            }
         }
-        for (j, oj) in o.chunks_exact_mut(w).enumerate() {
-            pair_fn(a.row(j, w), b.row(j, w), c.row(j, w), oj, f, g);
+        (Row, Row, Scalar) => {
+            for (j, o) in rows {
+                let n = o.len();
+                let (x, y, s) = (&a.slice(j, w)[..n], &b.slice(j, w)[..n], c.scalar(j));
+                for i in 0..n {
+                    o[i] = g(f(x[i], y[i]), s);
+                }
+            }
         }
-        true
-    } else {
-        pair_fn(a.whole(), b.whole(), c.whole(), o, f, g)
+        (Row, Scalar, Row) => {
+            for (j, o) in rows {
+                let n = o.len();
+                let (x, t, z) = (&a.slice(j, w)[..n], b.scalar(j), &c.slice(j, w)[..n]);
+                for i in 0..n {
+                    o[i] = g(f(x[i], t), z[i]);
+                }
+            }
+        }
+        (Row, Scalar, Scalar) => {
+            for (j, o) in rows {
+                let (t, s) = (b.scalar(j), c.scalar(j));
+                o.iter_mut().zip(a.slice(j, w)).for_each(|(v, &x)| *v = g(f(x, t), s));
+            }
+        }
+        (Scalar, Row, Row) => {
+            for (j, o) in rows {
+                let n = o.len();
+                let (t, y, z) = (a.scalar(j), &b.slice(j, w)[..n], &c.slice(j, w)[..n]);
+                for i in 0..n {
+                    o[i] = g(f(t, y[i]), z[i]);
+                }
+            }
+        }
+        (Scalar, Row, Scalar) => {
+            for (j, o) in rows {
+                let (t, s) = (a.scalar(j), c.scalar(j));
+                o.iter_mut().zip(b.slice(j, w)).for_each(|(v, &y)| *v = g(f(t, y), s));
+            }
+        }
+        (Acc, Row, Row) => {
+            for (j, o) in rows {
+                let n = o.len();
+                let (y, z) = (&b.slice(j, w)[..n], &c.slice(j, w)[..n]);
+                for i in 0..n {
+                    o[i] = g(f(o[i], y[i]), z[i]);
+                }
+            }
+        }
+        (Acc, Row, Scalar) => {
+            for (j, o) in rows {
+                let s = c.scalar(j);
+                o.iter_mut().zip(b.slice(j, w)).for_each(|(v, &y)| *v = g(f(*v, y), s));
+            }
+        }
+        (Acc, Scalar, Row) => {
+            for (j, o) in rows {
+                let t = b.scalar(j);
+                o.iter_mut().zip(c.slice(j, w)).for_each(|(v, &z)| *v = g(f(*v, t), z));
+            }
+        }
+        (Acc, Scalar, Scalar) => {
+            for (j, o) in rows {
+                let (t, s) = (b.scalar(j), c.scalar(j));
+                o.iter_mut().for_each(|v| *v = g(f(*v, t), s));
+            }
+        }
+        _ => return false,
     }
+    true
 }
 
 /// Runs steps `k` and `k + 1` as one pass when they are two binary steps, the second an
@@ -536,22 +611,23 @@ fn chain_steps(steps: &[ChainStep], bo: [BlockOpd; CHAIN_ARGS], w: usize, o: &mu
     }
 }
 
-/// `o[i] = f(x[i])` for an operand `x` (the block itself, a row or a broadcast scalar).
+/// Where every operand of a chain is one value, outputs up to this long (one block of the
+/// general path) run step by step over the whole output ([`chain_consts`]), without the
+/// general path's per-block operand resolution (RMSNorm's tail `rsqrt(mean + eps)` over one
+/// row's mean took 468 instructions per call through it, callgrind, AVX2).
+const CONSTS_MAX: usize = TILE;
+
+/// Every step over all of `out`, where every operand is one value (each `args[a][0]`): each
+/// step is `chain_step` over one block of `out.len()` elements, which the general path runs
+/// on blocks of the same operands, so the same bits.
 #[inline(always)]
-fn chain_unary(x: Opd, o: &mut [f32], f: impl Fn(f32) -> f32) {
-    match x {
-        Opd::Acc => {
-            for v in o.iter_mut() {
-                *v = f(*v);
-            }
-        }
-        Opd::Row(x) => {
-            let x = &x[..o.len()];
-            for i in 0..o.len() {
-                o[i] = f(x[i]);
-            }
-        }
-        Opd::Scalar(s) => o.fill(f(s)),
+fn chain_consts(steps: &[ChainStep], args: &[&[f32]], out: &mut [f32], rounding: Isa) {
+    let opd = |s: Src| match s {
+        Src::Acc => BlockOpd::Acc,
+        Src::Arg(a) => BlockOpd::Const(args[a][0]),
+    };
+    for st in steps {
+        chain_step(st, opd, out.len(), out, rounding);
     }
 }
 
@@ -578,6 +654,10 @@ multiversion! {
         assert!((1..=CHAIN_RANK).contains(&r) && na <= CHAIN_ARGS, "chain of rank {r} with {na} operands");
         let inner = lay.dims[r - 1];
         if inner == 0 {
+            return;
+        }
+        if out.len() <= CONSTS_MAX && lay.st[..na].iter().all(|st| st[..r].iter().all(|&s| s == 0)) {
+            chain_consts(steps, args, out, rounding);
             return;
         }
         if r == 1 {
