@@ -235,72 +235,8 @@ fn conv_and_depthwise_and_linear_match_f64() {
         depthwise: true,
     };
     let ish = [2, 6, 7, 4];
-    let x = values(ish.iter().product(), 43);
     for geom in [g, dw] {
-        let osh = geom.output_shape(&ish).unwrap();
-        let w = values(geom.filter_len().unwrap(), 47);
-        let b = values(osh[3], 53);
-        let n_out: usize = osh.iter().product();
-        // f64 reference with XNNPACK's filter layouts.
-        let mut want = vec![0f64; n_out];
-        let mut mag = vec![0f64; n_out];
-        for i in 0..n_out {
-            let (oc, ox, oy, bn) =
-                (i % osh[3], (i / osh[3]) % osh[2], (i / (osh[3] * osh[2])) % osh[1], i / (osh[3] * osh[2] * osh[1]));
-            let (mut s, mut m) = (b[oc] as f64, (b[oc] as f64).abs());
-            for ky in 0..geom.kernel[0] {
-                for kx in 0..geom.kernel[1] {
-                    let iy = (oy * geom.stride[0] + ky * geom.dilation[0]) as isize - geom.padding[0] as isize;
-                    let ix = (ox * geom.stride[1] + kx * geom.dilation[1]) as isize - geom.padding[3] as isize;
-                    if iy < 0 || ix < 0 || iy >= ish[1] as isize || ix >= ish[2] as isize {
-                        continue;
-                    }
-                    let xb = ((bn * ish[1] + iy as usize) * ish[2] + ix as usize) * ish[3];
-                    let terms: Vec<(f64, f64)> = if geom.depthwise {
-                        let c = oc / geom.group_out;
-                        vec![(x[xb + c] as f64, w[(ky * geom.kernel[1] + kx) * osh[3] + oc] as f64)]
-                    } else {
-                        let gi = oc / geom.group_out;
-                        (0..geom.group_in)
-                            .map(|ic| {
-                                let wi = ((oc * geom.kernel[0] + ky) * geom.kernel[1] + kx) * geom.group_in + ic;
-                                (x[xb + gi * geom.group_in + ic] as f64, w[wi] as f64)
-                            })
-                            .collect()
-                    };
-                    for (a, c) in terms {
-                        s += a * c;
-                        m += (a * c).abs();
-                    }
-                }
-            }
-            want[i] = s;
-            mag[i] = m;
-        }
-        // Packed per call, and packed ahead (as the plan does for constant filters).
-        let ahead = (!geom.depthwise).then(|| kernels::conv::pack_filter(&geom, &w));
-        for ((isa, pool), packed) in configs().iter().flat_map(|c| [(c, None), (c, ahead.as_deref())]) {
-            let mut out = vec![0f32; n_out];
-            let mut sc = Scratch::default();
-            kernels::conv::conv2d(
-                &Ctx { isa: *isa, pool },
-                &geom,
-                View::F32(&x),
-                &ish,
-                View::F32(&w),
-                packed,
-                Some(View::F32(&b)),
-                ViewMut::F32(&mut out),
-                &osh,
-                None,
-                &mut sc,
-            )
-            .unwrap();
-            for i in 0..n_out {
-                // Each output is a sum of at most 13 products: gamma(14) * sum|terms|.
-                assert!((out[i] as f64 - want[i]).abs() <= gamma(14) * mag[i] + 1e-30, "{geom:?} {i}");
-            }
-        }
+        check_conv(&geom, &ish, 43);
     }
     // Linear [5, 37] x [11, 37]^T + b.
     let (m, k, n) = (5, 37, 11);
@@ -332,6 +268,100 @@ fn conv_and_depthwise_and_linear_match_f64() {
                 let mag = terms.iter().map(|t| t.abs()).sum::<f64>() + (b[c] as f64).abs();
                 assert!((out[r * n + c] as f64 - want).abs() <= gamma(k + 1) * mag, "linear {r} {c}");
             }
+        }
+    }
+}
+
+/// A product convolution (one group, 1x1 kernel) of 1 to 4 input channels into a multiple of
+/// 16 outputs per pixel: the kernels keep each block's filter rows in registers there
+/// (`window_stationary`); with and without padding (border pixels with no taps), on rows of
+/// fewer and more than 4 pixels.
+#[test]
+fn one_by_one_convs_of_few_channels_match_f64() {
+    use kernels::conv::ConvGeom;
+    for (cin, cout, padding, w) in [(1, 16, 0, 9), (2, 32, 1, 5), (3, 96, 0, 11), (4, 48, 1, 3), (3, 16, 0, 2)] {
+        let geom = ConvGeom {
+            padding: [padding; 4],
+            kernel: [1, 1],
+            stride: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            group_in: cin,
+            group_out: cout,
+            depthwise: false,
+        };
+        check_conv(&geom, &[2, 3, w, cin], 71 + cin as u64);
+    }
+}
+
+/// `geom` on NHWC input `ish` of seeded values, with a bias, on every ISA and pool, its filter
+/// packed per call and ahead, against an f64 sum with XNNPACK's filter layouts.
+fn check_conv(geom: &kernels::conv::ConvGeom, ish: &[usize], seed: u64) {
+    let x = values(ish.iter().product(), seed);
+    let osh = geom.output_shape(ish).unwrap();
+    let w = values(geom.filter_len().unwrap(), 47);
+    let b = values(osh[3], 53);
+    let n_out: usize = osh.iter().product();
+    // f64 reference with XNNPACK's filter layouts.
+    let mut want = vec![0f64; n_out];
+    let mut mag = vec![0f64; n_out];
+    for i in 0..n_out {
+        let (oc, ox, oy, bn) =
+            (i % osh[3], (i / osh[3]) % osh[2], (i / (osh[3] * osh[2])) % osh[1], i / (osh[3] * osh[2] * osh[1]));
+        let (mut s, mut m) = (b[oc] as f64, (b[oc] as f64).abs());
+        for ky in 0..geom.kernel[0] {
+            for kx in 0..geom.kernel[1] {
+                let iy = (oy * geom.stride[0] + ky * geom.dilation[0]) as isize - geom.padding[0] as isize;
+                let ix = (ox * geom.stride[1] + kx * geom.dilation[1]) as isize - geom.padding[3] as isize;
+                if iy < 0 || ix < 0 || iy >= ish[1] as isize || ix >= ish[2] as isize {
+                    continue;
+                }
+                let xb = ((bn * ish[1] + iy as usize) * ish[2] + ix as usize) * ish[3];
+                let terms: Vec<(f64, f64)> = if geom.depthwise {
+                    let c = oc / geom.group_out;
+                    vec![(x[xb + c] as f64, w[(ky * geom.kernel[1] + kx) * osh[3] + oc] as f64)]
+                } else {
+                    let gi = oc / geom.group_out;
+                    (0..geom.group_in)
+                        .map(|ic| {
+                            let wi = ((oc * geom.kernel[0] + ky) * geom.kernel[1] + kx) * geom.group_in + ic;
+                            (x[xb + gi * geom.group_in + ic] as f64, w[wi] as f64)
+                        })
+                        .collect()
+                };
+                for (a, c) in terms {
+                    s += a * c;
+                    m += (a * c).abs();
+                }
+            }
+        }
+        want[i] = s;
+        mag[i] = m;
+    }
+    // Packed per call, and packed ahead (as the plan does for constant filters).
+    let ahead = (!geom.depthwise).then(|| kernels::conv::pack_filter(geom, &w));
+    // Each output is the bias plus one product per tap and input channel of its group.
+    let terms = geom.kernel[0] * geom.kernel[1] * if geom.depthwise { 1 } else { geom.group_in } + 1;
+    for ((isa, pool), packed) in configs().iter().flat_map(|c| [(c, None), (c, ahead.as_deref())]) {
+        let mut out = vec![0f32; n_out];
+        let mut sc = Scratch::default();
+        kernels::conv::conv2d(
+            &Ctx { isa: *isa, pool },
+            geom,
+            View::F32(&x),
+            ish,
+            View::F32(&w),
+            packed,
+            Some(View::F32(&b)),
+            ViewMut::F32(&mut out),
+            &osh,
+            None,
+            &mut sc,
+        )
+        .unwrap();
+        for i in 0..n_out {
+            // A sum of `terms` values in some order: gamma(terms) * sum|terms|.
+            assert!((out[i] as f64 - want[i]).abs() <= gamma(terms) * mag[i] + 1e-30, "{geom:?} {i}");
         }
     }
 }
