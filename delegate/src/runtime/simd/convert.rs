@@ -279,13 +279,14 @@ pub(super) mod x86 {
         n
     }
 
-    /// [`quantize_avx2`]'s result in 16 lanes, in fewer steps: the scaled value clamped to
-    /// `[-128 - zp, 127 - zp]` first (integer bounds, so rounding then adding `zp` gives the
-    /// int8 bound exactly where the unclamped value would saturate, and no conversion
-    /// overflows), rounded half to even into int32 with NaN lanes zeroed (so they come out as
-    /// `zp`), plus `zp`, then narrowed by two packs and one permute per 64 values (33
-    /// instructions where `vpmovdb` narrowing took 56: a qs8 mean's input quantize was most
-    /// of its time).
+    /// [`quantize_avx2`]'s result in 16 lanes, in fewer steps: the scaled value clamped above
+    /// to `127 - zp` (an integer bound, so rounding then adding `zp` gives 127 exactly where
+    /// the unclamped value would saturate, and no conversion overflows upwards), rounded half
+    /// to even into int32 with NaN lanes zeroed (so they come out as `zp`); then narrowed to
+    /// int16 by a saturating pack, `zp` added with int16 saturation, and narrowed to int8 by a
+    /// saturating pack, which is the clamp below (a value under -2^31 converts to -2^31 and
+    /// saturates the same way), one permute per 64 values. XNNPACK's f32 -> qs8 kernel does
+    /// the same below and adds the zero point the same way.
     ///
     /// # Safety
     /// AVX-512F and AVX-512BW available; `x.len() == out.len()`. Returns how many leading
@@ -294,14 +295,15 @@ pub(super) mod x86 {
     pub unsafe fn quantize_avx512(x: &[f32], inv_scale: f32, zp: i32, out: &mut [i8]) -> usize {
         let n = out.len() / 64 * 64;
         let zpf = (zp as f32).clamp(-128.0, 127.0);
-        let (inv, lo, hi) = (_mm512_set1_ps(inv_scale), _mm512_set1_ps(-128.0 - zpf), _mm512_set1_ps(127.0 - zpf));
-        let z = _mm512_set1_epi32(zpf as i32);
+        let (inv, hi) = (_mm512_set1_ps(inv_scale), _mm512_set1_ps(127.0 - zpf));
+        let z = _mm512_set1_epi16(zpf as i16);
         let q16 = |v: __m512| {
             let v = _mm512_mul_ps(v, inv);
             let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v);
-            let c = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-            let r = _mm512_maskz_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(ordered, c);
-            _mm512_add_epi32(r, z)
+            _mm512_maskz_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                ordered,
+                _mm512_min_ps(v, hi),
+            )
         };
         // The packs work per 128-bit lane: dword `4k + j` of the packed bytes is dword `k` of
         // input `j`; this puts them back in order.
@@ -313,6 +315,7 @@ pub(super) mod x86 {
                 let p = x.as_ptr().add(i);
                 let ab = _mm512_packs_epi32(q16(_mm512_loadu_ps(p)), q16(_mm512_loadu_ps(p.add(16))));
                 let cd = _mm512_packs_epi32(q16(_mm512_loadu_ps(p.add(32))), q16(_mm512_loadu_ps(p.add(48))));
+                let (ab, cd) = (_mm512_adds_epi16(ab, z), _mm512_adds_epi16(cd, z));
                 let q = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(ab, cd));
                 _mm512_storeu_si512(out.as_mut_ptr().add(i) as *mut __m512i, q);
             }
@@ -427,8 +430,11 @@ mod tests {
 
     #[test]
     fn vector_quantize_is_the_plain_loop() {
-        let mut x: Vec<f32> = (0..300).map(|i| (i as f32 - 150.0) * 0.37 + 0.5).collect();
-        x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 0.5, 1.5, 2.5, -2.5, -0.0]);
+        // The special values twice: in the first and in the second half of a 64-value block.
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 0.5, 1.5, 2.5, -2.5, -0.0];
+        let mut x: Vec<f32> = specials.to_vec();
+        x.extend((0..290).map(|i| (i as f32 - 150.0) * 0.37 + 0.5));
+        x.extend(specials);
         x.extend((0..90).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 0.5));
         for isa in available_isas() {
             for (inv, zp) in [(1.0, 0), (2.0, -3), (0.031_25, 127), (127.5, -128), (3.7, 300)] {
