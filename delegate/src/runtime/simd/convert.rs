@@ -233,23 +233,22 @@ pub(super) mod x86 {
         }
     }
 
-    /// `round_half_even(v * inv) + zp` clamped to the int8 range as int32, a NaN lane zp (the
-    /// plain loop's result) for the 8 values at `p`: the scaled value clamped to
-    /// `[-128 - zp, 127 - zp]` first (integer bounds: the int8 bound comes out exactly where
-    /// clamping after the rounding puts it, and the conversion cannot overflow), converted
-    /// with the default rounding (half to even; Rust never changes MXCSR), NaN lanes zeroed,
-    /// plus `zp`.
+    /// `round_half_even(v * inv)` as int32 for the 8 values at `p`, clamped above to `127 - zp`
+    /// first (an integer bound: 127 comes out exactly where the unclamped value would
+    /// saturate, and the conversion cannot overflow upwards), converted with the default
+    /// rounding (half to even; Rust never changes MXCSR), NaN lanes zeroed (they come out as
+    /// `zp`). Below, a value under -2^31 converts to -2^31; [`quantize_avx2`]'s saturating
+    /// packs and zero-point add clamp it to -128 as any value under `-128 - zp`.
     ///
     /// # Safety
     /// AVX2 available; 8 f32 readable at `p`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn quantize8(p: *const f32, inv: __m256, z: __m256i, lo: __m256, hi: __m256) -> __m256i {
+    unsafe fn quantize8(p: *const f32, inv: __m256, hi: __m256) -> __m256i {
         // SAFETY: 8 values at `p` (the caller's guarantee).
         let v = _mm256_mul_ps(unsafe { _mm256_loadu_ps(p) }, inv);
         let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(v, v));
-        let c = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-        _mm256_add_epi32(_mm256_and_si256(_mm256_cvtps_epi32(c), ordered), z)
+        _mm256_and_si256(_mm256_cvtps_epi32(_mm256_min_ps(v, hi)), ordered)
     }
 
     /// # Safety
@@ -259,8 +258,10 @@ pub(super) mod x86 {
     pub unsafe fn quantize_avx2(x: &[f32], inv_scale: f32, zp: i32, out: &mut [i8]) -> usize {
         let n = out.len() / 32 * 32;
         let zpf = (zp as f32).clamp(-128.0, 127.0);
-        let (inv, lo, hi) = (_mm256_set1_ps(inv_scale), _mm256_set1_ps(-128.0 - zpf), _mm256_set1_ps(127.0 - zpf));
-        let z = _mm256_set1_epi32(zpf as i32);
+        let (inv, hi) = (_mm256_set1_ps(inv_scale), _mm256_set1_ps(127.0 - zpf));
+        // The zero point added to the int16 values with saturation, then the saturating pack
+        // to int8 is the clamp to [-128, 127].
+        let z = _mm256_set1_epi16(zpf as i16);
         // `packs` interleaves 128-bit lanes: this puts the 8 groups of 4 bytes back in order.
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let mut i = 0;
@@ -268,10 +269,11 @@ pub(super) mod x86 {
             // SAFETY: i + 32 <= n <= x.len() = out.len(): 32 values read and 32 bytes written.
             unsafe {
                 let p = x.as_ptr().add(i);
-                let (a, b) = (quantize8(p, inv, z, lo, hi), quantize8(p.add(8), inv, z, lo, hi));
-                let (c, d) = (quantize8(p.add(16), inv, z, lo, hi), quantize8(p.add(24), inv, z, lo, hi));
-                let q = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-                let q = _mm256_permutevar8x32_epi32(q, order);
+                let (a, b) = (quantize8(p, inv, hi), quantize8(p.add(8), inv, hi));
+                let (c, d) = (quantize8(p.add(16), inv, hi), quantize8(p.add(24), inv, hi));
+                let ab = _mm256_adds_epi16(_mm256_packs_epi32(a, b), z);
+                let cd = _mm256_adds_epi16(_mm256_packs_epi32(c, d), z);
+                let q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
                 _mm256_storeu_si256(out.as_mut_ptr().add(i) as *mut __m256i, q);
             }
             i += 32;
@@ -279,14 +281,12 @@ pub(super) mod x86 {
         n
     }
 
-    /// [`quantize_avx2`]'s result in 16 lanes, in fewer steps: the scaled value clamped above
-    /// to `127 - zp` (an integer bound, so rounding then adding `zp` gives 127 exactly where
-    /// the unclamped value would saturate, and no conversion overflows upwards), rounded half
-    /// to even into int32 with NaN lanes zeroed (so they come out as `zp`); then narrowed to
-    /// int16 by a saturating pack, `zp` added with int16 saturation, and narrowed to int8 by a
-    /// saturating pack, which is the clamp below (a value under -2^31 converts to -2^31 and
-    /// saturates the same way), one permute per 64 values. XNNPACK's f32 -> qs8 kernel does
-    /// the same below and adds the zero point the same way.
+    /// [`quantize_avx2`] in 16 lanes: the scaled value clamped above to `127 - zp`, rounded
+    /// half to even into int32 with NaN lanes zeroed (so they come out as `zp`); then narrowed
+    /// to int16 by a saturating pack, `zp` added with int16 saturation, and narrowed to int8 by
+    /// a saturating pack, which is the clamp below (a value under -2^31 converts to -2^31 and
+    /// saturates the same way), one permute per 64 values. XNNPACK's f32 -> qs8 kernel leaves
+    /// the clamp below to the packs and adds the zero point the same way.
     ///
     /// # Safety
     /// AVX-512F and AVX-512BW available; `x.len() == out.len()`. Returns how many leading
