@@ -268,7 +268,7 @@ const TILE: usize = 4096;
 
 /// What an operand of a block is in each of its rows: the running value, a row of
 /// elements, or one value (the same kind in every row of a block).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Kind {
     Acc,
     Row,

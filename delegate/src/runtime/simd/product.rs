@@ -432,6 +432,8 @@ fn window_stationary<T: Lane, X: Copy, const K: usize>(
     win: &Window,
 ) {
     const B: usize = STATIONARY_B;
+    // Every pixel's window inside `x` (the zip below would otherwise stop short silently).
+    assert!(win.pixels > 0 && (win.pixels - 1) * win.pixel_step + K <= x.len(), "product window outside its input");
     for j in (0..n).step_by(B) {
         let c = win.col + j;
         assert!(c + B <= win.ld, "product block outside the filter rows");
