@@ -4,7 +4,8 @@
 //! (`harness bench` names: `rmsnorm_1x64x512_qs8`, ...). `THREADS=N` times N threads only;
 //! `SIMD=avx2` (or `scalar`) runs a narrower instruction set than the CPU's widest;
 //! `MODE=nhwc_aware` (or `main`) lowers with that mode instead of StaticMean; `ENGINE=xnnpack` times
-//! real XNNPACK's bound program instead of ours (as the sweep binds it).
+//! real XNNPACK's bound program instead of ours (as the sweep binds it); `POLICY=per_output` runs ours on
+//! XNNPACK's per-output tasks instead of the cost model.
 use delegate::runtime::{Program, RunOptions, SimdLevel, ThreadPolicy};
 use delegate::LoweringMode;
 use harness::engine::{Config, Engine, Simd, Subject};
@@ -36,6 +37,10 @@ fn main() {
         _ => SimdLevel::Auto,
     };
     let xnnpack = std::env::var("ENGINE").as_deref() == Ok("xnnpack");
+    let policy = match std::env::var("POLICY").as_deref() {
+        Ok("per_output") => ThreadPolicy::PerOutputTasks,
+        _ => ThreadPolicy::CostModel,
+    };
     for t in threads {
         if xnnpack {
             let config = Config { threads: t, simd: Simd::Best, policy: None, own_pool: true };
@@ -45,11 +50,8 @@ fn main() {
             println!("{name} xnnpack threads {t}: {:.2} us (minimum of {batches} batches of {runs})", best / 1e3);
             continue;
         }
-        let prog = Program::new(
-            &lowered,
-            &RunOptions { threads: t, policy: ThreadPolicy::CostModel, simd, ..RunOptions::default() },
-        )
-        .expect("program");
+        let prog =
+            Program::new(&lowered, &RunOptions { threads: t, policy, simd, ..RunOptions::default() }).expect("program");
         let mut b = prog.bind(inputs.clone()).expect("bind");
         let best = best_of(batches, runs, || b.invoke().expect("invoke"));
         println!("{name} threads {t}: {:.2} us (minimum of {batches} batches of {runs})", best / 1e3);

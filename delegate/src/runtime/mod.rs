@@ -25,8 +25,9 @@ use reference::{ElemType, GraphErrorKind, MemoryFormat};
 /// How a program schedules operator work on its pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ThreadPolicy {
-    /// XNNPACK's: a reduction with more than one output is split into per-output tasks and
-    /// always wakes the pool; other operators wake it whenever they have more than one tile.
+    /// XNNPACK's: a reduction with more than one output has a tile per output and always
+    /// wakes the pool (each thread takes its share in halves, as pthreadpool's dynamic
+    /// dispatch does); other operators wake it whenever they have more than one tile.
     PerOutputTasks,
     /// Inline below a measured size threshold, otherwise one contiguous chunk per thread.
     #[default]
