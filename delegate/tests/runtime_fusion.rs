@@ -319,6 +319,45 @@ fn rmsnorm_fuses_and_keeps_its_bits() {
 }
 
 #[test]
+fn rmsnorm_products_in_any_operand_order_keep_their_bits() {
+    // `x * r * w` runs as one kernel over rows (`simd::scale_rows`) whichever side of each
+    // product its operands are on; a weight of the whole input's shape (not one row for all
+    // rows) or a sum in place of a product stays a chain. Every form against the unfused nodes.
+    for (t, d) in [(1, 128), (8, 64), (37, 3), (5, 1030)] {
+        for form in 0..6 {
+            let g = GraphBuilder::new();
+            let x = g.input("x", TensorSpec::new(ElemType::F32, &[1, t, d]));
+            let ms = g.mean(g.square(x), &[-1], true);
+            let r = g.rsqrt(g.add(ms, g.constant(Tensor::from_f64(&[], ElemType::F32, None, &[1e-5]))));
+            let w_row = g.constant(tensor(&[d], ElemType::F32, 5));
+            let y = match form {
+                0 => g.mul(g.mul(x, r), w_row),
+                1 => g.mul(g.mul(r, x), w_row),
+                2 => g.mul(w_row, g.mul(x, r)),
+                3 => g.mul(w_row, g.mul(r, x)),
+                4 => g.mul(g.mul(x, r), g.constant(tensor(&[1, t, d], ElemType::F32, 6))),
+                _ => g.add(g.mul(x, r), w_row),
+            };
+            let graph = g.finish(&[y]).unwrap();
+            let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
+            assert_eq!(kinds(&lowered), ["norm+tail"], "form {form} [{t}, {d}]");
+            let xv = tensor(&[1, t, d], ElemType::F32, 11);
+            for opts in configs() {
+                let p = Program::new(&lowered, &opts).unwrap();
+                let mut q = Program::new(&lowered, &opts).unwrap();
+                q.set_fusion(false);
+                let a = &p.run(std::slice::from_ref(&xv)).unwrap()[0];
+                let b = &q.run(std::slice::from_ref(&xv)).unwrap()[0];
+                assert!(same_bits(a, b), "form {form} [{t}, {d}] {opts:?}");
+                let mut bound = p.bind(vec![xv.clone()]).unwrap();
+                bound.invoke().unwrap();
+                assert!(same_bits(&bound.outputs()[0], b), "bound form {form} [{t}, {d}] {opts:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn random_programs_do_fuse() {
     // The property above compares fused with unfused runs: on the shapes it draws, a chain of
     // two elementwise ops and a square feeding a mean must be fused groups, in fp32 and fp16.

@@ -59,7 +59,9 @@ enum Prepared {
     /// A fused square and mean, its tail's layout, its chain's layout, and its rows
     /// (`(rows, len)`) where it can run block by block of rows: a last-dim mean with one row
     /// per output and the chain's output of `x`'s shape.
-    Norm(MeanPlan, Option<ChainLayout>, ChainLayout, Option<(usize, usize)>),
+    /// Last: the chain's `w` operand where it is RMSNorm's `x * norm * w`
+    /// (`norm::scale_rows_operand`).
+    Norm(MeanPlan, Option<ChainLayout>, ChainLayout, Option<(usize, usize)>, Option<usize>),
 }
 
 /// Most inputs a node reads (a convolution or fully connected node with a bias); `compile`
@@ -294,7 +296,7 @@ impl SegmentPlan {
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
-                (Group::Norm { square, tail, apply }, Prepared::Norm(mp, tail_lay, lay, rows)) if fuse => {
+                (Group::Norm { square, tail, apply }, Prepared::Norm(mp, tail_lay, lay, rows, scale_rows)) if fuse => {
                     let mean = &self.nodes[square + 1];
                     let (norm_node, out_node) = (&self.nodes[apply.first - 1], &self.nodes[apply.last]);
                     let xi = self.nodes[*square].inputs[0];
@@ -332,7 +334,8 @@ impl SegmentPlan {
                         let rows = rows.filter(|&(rows, _)| !kernels::mean::splits_rows(ctx, rows, x.len() * 4));
                         if let Some((_, len)) = rows {
                             let apply = Chain { steps: &apply.steps, lay, args: &views[..k] };
-                            let n = Norm { x, len, scale: mp.scale(), act: mean.act, tail, apply, norm_arg };
+                            let (scale, act, scale_rows) = (mp.scale(), mean.act, *scale_rows);
+                            let n = Norm { x, len, scale, act, tail, apply, norm_arg, scale_rows };
                             kernels::norm::run(ctx, &n, r, o);
                             return Ok(());
                         }
@@ -525,7 +528,9 @@ impl SegmentPlan {
                             .r
                             .last_dim_rows()
                             .filter(|&(rows, len)| rows == numel(&shapes[norm]) && len > 0 && shapes[out] == shapes[x]);
-                        Prepared::Norm(mp, tail_lay, lay, rows)
+                        let scale_rows = kernels::norm::scale_rows_operand(&apply.steps, &apply.args, &lay, x, norm)
+                            .filter(|_| rows.is_some_and(|(_, len)| lay.dims[lay.rank - 1] == len));
+                        Prepared::Norm(mp, tail_lay, lay, rows, scale_rows)
                     }
                     _ => Prepared::Nodes,
                 }

@@ -8,7 +8,7 @@
 use super::mean::{mean_f32_planned, MeanPlan};
 use super::{elementwise, fused, Ctx};
 use crate::runtime::pool::Parts;
-use crate::runtime::simd::{self, ChainLayout, ChainStep, Term, CHAIN_ARGS};
+use crate::runtime::simd::{self, BinOp, ChainLayout, ChainStep, Src, Term, CHAIN_ARGS};
 
 /// Input elements per block of rows: 128 KiB of f32, read by the sums and again by the chain
 /// from L2 (with the block's output, a quarter of Zen 3's L2). Each block pays the fixed cost
@@ -39,6 +39,51 @@ pub struct Norm<'a> {
     /// whose slice in `apply.args` is not read (the rows computed here are).
     pub apply: Chain<'a>,
     pub norm_arg: usize,
+    /// `apply` is `x * norm * w` over rows, `w` (this operand of `apply`) one row for all
+    /// ([`scale_rows_operand`]): it runs as `simd::scale_rows`.
+    pub scale_rows: Option<usize>,
+}
+
+/// Where a Norm's chain (`steps` over operand values `args`, laid out as `lay`) is
+/// RMSNorm's `(x * norm) * w`, with `x` the mean's input (dense), `norm` one value per row
+/// and `w` one row broadcast over every row: `w`'s operand index. The operands of each
+/// product may come in either order. `None` for any other chain, which runs as a chain.
+pub fn scale_rows_operand(
+    steps: &[ChainStep],
+    args: &[usize],
+    lay: &ChainLayout,
+    x: usize,
+    norm: usize,
+) -> Option<usize> {
+    let [ChainStep::Bin { op: BinOp::Mul, a, b }, ChainStep::Bin { op: BinOp::Mul, a: a2, b: b2 }] = steps else {
+        return None;
+    };
+    let arg = |s: &Src| match *s {
+        Src::Arg(k) => args.get(k).map(|&v| (k, v)),
+        Src::Acc => None,
+    };
+    let (Some((_, va)), Some((_, vb))) = (arg(a), arg(b)) else { return None };
+    if !((va, vb) == (x, norm) || (va, vb) == (norm, x)) {
+        return None;
+    }
+    let (w, vw) = match (a2, b2) {
+        (Src::Acc, s) | (s, Src::Acc) => arg(s)?,
+        _ => return None,
+    };
+    if vw == x || vw == norm {
+        return None;
+    }
+    let (xk, nk) = if va == x { (arg(a)?.0, arg(b)?.0) } else { (arg(b)?.0, arg(a)?.0) };
+    // Strides (outer, inner) of each operand over the output's rows: x dense, norm one per
+    // row, w one row (a single row has no outer dim).
+    let r = lay.rank;
+    let len = *lay.dims.get(r.checked_sub(1)?)?;
+    let st = |k: usize| (if r == 2 { lay.st[k][0] } else { 0 }, lay.st[k][r - 1]);
+    let ok = (1..=2).contains(&r)
+        && st(xk) == (if r == 2 { len } else { 0 }, 1)
+        && st(nk) == (if r == 2 { 1 } else { 0 }, 0)
+        && st(w) == (0, 1);
+    ok.then_some(w)
 }
 
 /// The square-mean part over whole arrays (`fuse::Group::SquareMean`, and a `Norm` whose rows
@@ -104,10 +149,55 @@ fn rows_into(ctx: &Ctx, n: &Norm, first: usize, norm: &mut [f32], out: &mut [f32
         if let Some(t) = n.tail {
             simd::chain_rows(isa, t.steps, t.args, &[0; CHAIN_ARGS], t.lay, row, r, isa);
         }
+        if let Some(w) = n.scale_rows {
+            let at = row * len;
+            simd::scale_rows(isa, &n.x[at..at + o.len()], r, &n.apply.args[w][..len], o);
+            continue;
+        }
         // The chain reads this block's norms from `r`, which holds rows `row..` of them.
         let (mut args, mut origin) = ([&[][..]; CHAIN_ARGS], [0; CHAIN_ARGS]);
         args[..k].copy_from_slice(n.apply.args);
         (args[n.norm_arg], origin[n.norm_arg]) = (&*r, row);
         simd::chain_rows(isa, n.apply.steps, &args[..k], &origin, n.apply.lay, row * len, o, isa);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::simd::CHAIN_RANK;
+
+    /// The layout of an output `[rows, len]` over operands with these (outer, inner) strides.
+    fn lay(rows: usize, len: usize, st: &[(usize, usize)]) -> ChainLayout {
+        let mut l = ChainLayout { rank: 2, dims: [0; CHAIN_RANK], st: [[0; CHAIN_RANK]; CHAIN_ARGS] };
+        l.dims[..2].copy_from_slice(&[rows, len]);
+        for (k, &(o, i)) in st.iter().enumerate() {
+            l.st[k][..2].copy_from_slice(&[o, i]);
+        }
+        l
+    }
+
+    #[test]
+    fn scale_rows_takes_x_times_norm_times_a_row_and_nothing_else() {
+        let mul = |a, b| ChainStep::Bin { op: BinOp::Mul, a, b };
+        let (x, norm, w) = (10, 11, 12);
+        // Operands 0, 1, 2 are values x, norm, w: dense, one per row, one row.
+        let args = [x, norm, w];
+        let good = lay(8, 64, &[(64, 1), (1, 0), (0, 1)]);
+        let (a0, a1, a2, acc) = (Src::Arg(0), Src::Arg(1), Src::Arg(2), Src::Acc);
+        for steps in [[mul(a0, a1), mul(acc, a2)], [mul(a1, a0), mul(a2, acc)]] {
+            assert_eq!(scale_rows_operand(&steps, &args, &good, x, norm), Some(2));
+        }
+        let steps = [mul(a0, a1), mul(acc, a2)];
+        // A weight of the input's shape, a norm per element, another first product, a sum.
+        assert_eq!(scale_rows_operand(&steps, &args, &lay(8, 64, &[(64, 1), (1, 0), (64, 1)]), x, norm), None);
+        assert_eq!(scale_rows_operand(&steps, &args, &lay(8, 64, &[(64, 1), (64, 1), (0, 1)]), x, norm), None);
+        assert_eq!(scale_rows_operand(&[mul(a0, a2), mul(acc, a1)], &args, &good, x, norm), None);
+        let add = [mul(a0, a1), ChainStep::Bin { op: BinOp::Add, a: acc, b: a2 }];
+        assert_eq!(scale_rows_operand(&add, &args, &good, x, norm), None);
+        // One row: a rank-1 layout.
+        let mut one = lay(128, 0, &[(1, 0), (0, 0), (1, 0)]);
+        one.rank = 1;
+        assert_eq!(scale_rows_operand(&steps, &args, &one, x, norm), Some(2));
     }
 }

@@ -28,8 +28,8 @@ pub use convert::{
     bf16_to_f32, dequantize, f16_to_f32, f32_to_bf16, f32_to_f16, quantize, quantize_round_trip, round_to, Narrow,
 };
 pub use elementwise::{
-    bin_apply, bin_rows, bin_sv, bin_vs, bin_vv, chain_rows, clamp_inplace, rsqrt, square, BinOp, ChainLayout,
-    ChainStep, Src, CHAIN_ARGS, CHAIN_RANK,
+    bin_apply, bin_rows, bin_sv, bin_vs, bin_vv, chain_rows, clamp_inplace, rsqrt, scale_rows, square, BinOp,
+    ChainLayout, ChainStep, Src, CHAIN_ARGS, CHAIN_RANK,
 };
 pub use isa::{available_isas, Isa};
 pub use mean::{
