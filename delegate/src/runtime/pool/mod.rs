@@ -375,8 +375,9 @@ fn worker(s: Arc<Shared>, w: usize) {
                 std::hint::spin_loop();
             }
         }
-        // Epoch, job and task count are read together: a late worker either joins the
-        // dispatch in progress or finds it finished (job taken), never a mix of two.
+        // Epoch and job are read together: a late worker either joins the dispatch in
+        // progress (whose shares were set before it was published) or finds it finished
+        // (job taken), never a mix of two.
         let (epoch, job) = {
             let slot = s.slot.lock().unwrap_or_else(|e| e.into_inner());
             (slot.epoch, slot.job.clone())
