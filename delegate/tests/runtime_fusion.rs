@@ -271,6 +271,23 @@ fn kinds(lowered: &delegate::LoweredProgram) -> Vec<&'static str> {
         .collect()
 }
 
+/// `lowered` run on `x` with fusion on and off, and bound, at every configuration: the same
+/// bits, in the input's type.
+fn assert_fused_gives_unfused_bits(lowered: &delegate::LoweredProgram, x: &Tensor, what: &str) {
+    for opts in configs() {
+        let p = Program::new(lowered, &opts).unwrap();
+        let mut q = Program::new(lowered, &opts).unwrap();
+        q.set_fusion(false);
+        let a = &p.run(std::slice::from_ref(x)).unwrap()[0];
+        let b = &q.run(std::slice::from_ref(x)).unwrap()[0];
+        assert_eq!(a.dtype(), x.dtype(), "{what}");
+        assert!(same_bits(a, b), "{what} {opts:?}");
+        let mut bound = p.bind(vec![x.clone()]).unwrap();
+        bound.invoke().unwrap();
+        assert!(same_bits(&bound.outputs()[0], b), "bound {what} {opts:?}");
+    }
+}
+
 #[test]
 fn rmsnorm_fuses_and_keeps_its_bits() {
     // x * rsqrt(mean(x * x) + eps) * w: in fp32 one group (square+mean, [add, rsqrt] as its
@@ -300,19 +317,8 @@ fn rmsnorm_fuses_and_keeps_its_bits() {
                     (_, true) => &["square_mean", "chain", "chain", "node"],
                 };
                 assert_eq!(kinds(&lowered), want, "{dt:?} [{t}, {d}]");
-                let xv = tensor(&[1, t, d], dt, 9);
-                for opts in configs() {
-                    let p = Program::new(&lowered, &opts).unwrap();
-                    let mut q = Program::new(&lowered, &opts).unwrap();
-                    q.set_fusion(false);
-                    let a = &p.run(std::slice::from_ref(&xv)).unwrap()[0];
-                    let b = &q.run(std::slice::from_ref(&xv)).unwrap()[0];
-                    assert_eq!(a.dtype(), dt);
-                    assert!(same_bits(a, b), "{dt:?} [{t}, {d}] then_mean {then_mean} {opts:?}");
-                    let mut bound = p.bind(vec![xv.clone()]).unwrap();
-                    bound.invoke().unwrap();
-                    assert!(same_bits(&bound.outputs()[0], b), "bound {dt:?} [{t}, {d}] {opts:?}");
-                }
+                let what = format!("{dt:?} [{t}, {d}] then_mean {then_mean}");
+                assert_fused_gives_unfused_bits(&lowered, &tensor(&[1, t, d], dt, 9), &what);
             }
         }
     }
@@ -341,18 +347,8 @@ fn rmsnorm_products_in_any_operand_order_keep_their_bits() {
             let graph = g.finish(&[y]).unwrap();
             let lowered = lower(&graph, LoweringMode::StaticMean).unwrap();
             assert_eq!(kinds(&lowered), ["norm+tail"], "form {form} [{t}, {d}]");
-            let xv = tensor(&[1, t, d], ElemType::F32, 11);
-            for opts in configs() {
-                let p = Program::new(&lowered, &opts).unwrap();
-                let mut q = Program::new(&lowered, &opts).unwrap();
-                q.set_fusion(false);
-                let a = &p.run(std::slice::from_ref(&xv)).unwrap()[0];
-                let b = &q.run(std::slice::from_ref(&xv)).unwrap()[0];
-                assert!(same_bits(a, b), "form {form} [{t}, {d}] {opts:?}");
-                let mut bound = p.bind(vec![xv.clone()]).unwrap();
-                bound.invoke().unwrap();
-                assert!(same_bits(&bound.outputs()[0], b), "bound form {form} [{t}, {d}] {opts:?}");
-            }
+            let x = tensor(&[1, t, d], ElemType::F32, 11);
+            assert_fused_gives_unfused_bits(&lowered, &x, &format!("form {form} [{t}, {d}]"));
         }
     }
 }
