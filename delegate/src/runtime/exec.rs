@@ -52,8 +52,8 @@ enum Prepared {
     Mean(MeanPlan),
     /// A fused square and mean, with its tail's layout when it has one.
     SquareMean(MeanPlan, Option<ChainLayout>),
-    /// A fused square and mean of fp16/bf16 values.
-    SquareMeanNarrow,
+    /// A fused square and mean of fp16/bf16 values, with its tail's layout when it has one.
+    SquareMeanNarrow(Option<ChainLayout>),
     /// A fused chain.
     Chain(ChainLayout),
     /// A fused square and mean, its tail's layout, its chain's layout, and its rows
@@ -284,15 +284,35 @@ impl SegmentPlan {
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
-                (Group::SquareMean { square, tail: None }, Prepared::SquareMeanNarrow) if fuse => {
+                (Group::SquareMean { square, tail }, Prepared::SquareMeanNarrow(lay)) if fuse => {
                     let mean = &self.nodes[square + 1];
                     let xi = self.nodes[*square].inputs[0];
-                    self.with_dest(mean, shapes, blocks, outs, |blocks, outs, out| {
+                    let dest = tail.as_ref().map_or(mean, |t| &self.nodes[t.last]);
+                    self.with_dest(dest, shapes, blocks, outs, |blocks, outs, out| {
                         let Kernel::Mean { axes, .. } = &mean.kernel else {
                             return Err("fused square and mean without a mean".into());
                         };
                         let x = self.view_of(xi, inputs, blocks, outs, shapes);
-                        kernels::mean::mean_of_squares_narrow(ctx, x, &shapes[xi], axes, out, scratch)
+                        let (Some(t), Some(lay)) = (tail, lay) else {
+                            return kernels::mean::mean_of_squares_narrow(ctx, x, &shapes[xi], axes, out, scratch);
+                        };
+                        // The means in f32, rounded to the mean node's type (its output, widened),
+                        // the tail's steps (which round after each node) over them in place, then
+                        // narrowed into the tail's output: exact, as they are rounded already.
+                        let to = kernels::mean::narrow_pair(x, &out)?;
+                        let Scratch { a, b, wide, .. } = scratch;
+                        if wide.len() < t.args.len() {
+                            wide.resize_with(t.args.len(), Vec::new);
+                        }
+                        let mut views = [&[][..]; super::simd::CHAIN_ARGS];
+                        for ((d, w), &v) in views.iter_mut().zip(wide.iter_mut()).zip(&t.args) {
+                            *d = kernels::convert::to_f32(ctx, self.view_of(v, inputs, blocks, outs, shapes), w)?;
+                        }
+                        let n_out = out.len();
+                        let m = kernels::mean::mean_of_squares_f32(ctx, x, &shapes[xi], axes, to, n_out, a, b)?;
+                        super::simd::round_to(ctx.isa, to, m);
+                        fused::run_chain(ctx, &t.steps, lay, &views[..t.args.len()], m);
+                        kernels::convert::from_f32(ctx, m, out)
                     })
                     .map_err(|e| shape_err(format!("node {} (square and mean): {e}", mean.index)))
                 }
@@ -501,8 +521,11 @@ impl SegmentPlan {
                     Some(lay) => Prepared::SquareMean(mp, Some(lay)),
                     None => Prepared::Nodes,
                 },
-                (None, None) => Prepared::SquareMeanNarrow,
-                (None, Some(_)) => Prepared::Nodes,
+                (None, None) => Prepared::SquareMeanNarrow(None),
+                (None, Some(t)) => match self.chain_layout(square + 1, t.last, &t.args, shapes) {
+                    Some(lay) => Prepared::SquareMeanNarrow(Some(lay)),
+                    None => Prepared::Nodes,
+                },
             },
             Group::Chain { first, last, args, .. } => {
                 self.chain_layout(*first, *last, args, shapes).map_or(Prepared::Nodes, Prepared::Chain)

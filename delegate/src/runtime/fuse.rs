@@ -213,11 +213,9 @@ pub fn groups(nodes: &[NodePlan], values: &[ValuePlan]) -> Vec<Group> {
         if square_mean(nodes, i, values, &readers) {
             let mean = i + 1;
             let (mut steps, mut args) = (Vec::new(), Vec::new());
-            let last = if values[nodes[mean].output].dt == Dt::F32 {
-                extend_chain(nodes, values, &readers, Some(Dt::F32), mean, &mut steps, &mut args)
-            } else {
-                mean
-            };
+            // fp16/bf16 tails too: their steps round after each node as the unfused nodes do.
+            let dt = values[nodes[mean].output].dt;
+            let last = extend_chain(nodes, values, &readers, Some(dt), mean, &mut steps, &mut args);
             let tail = (last > mean).then_some(Tail { last, steps, args });
             match apply_of(nodes, values, &readers, i, last) {
                 Some(apply) => {

@@ -287,15 +287,36 @@ pub fn mean_of_squares_narrow(
     out: ViewMut,
     scratch: &mut Scratch,
 ) -> Result<(), String> {
-    let to = match (x, &out) {
-        (View::F16(_), ViewMut::F16(_)) => simd::Narrow::F16,
-        (View::Bf16(_), ViewMut::Bf16(_)) => simd::Narrow::Bf16,
-        _ => return Err(format!("fused square and mean from {} to {}", x.type_name(), out.type_name())),
-    };
-    let Scratch { a, b, .. } = scratch;
     let n_out = out.len();
+    let to = narrow_pair(x, &out)?;
+    let m = mean_of_squares_f32(ctx, x, shape, axes, to, n_out, &mut scratch.a, &mut scratch.b)?;
+    from_f32(ctx, m, out)
+}
+
+/// The type fp16/bf16 `x` and `out` share.
+pub fn narrow_pair(x: View, out: &ViewMut) -> Result<simd::Narrow, String> {
+    match (x, out) {
+        (View::F16(_), ViewMut::F16(_)) => Ok(simd::Narrow::F16),
+        (View::Bf16(_), ViewMut::Bf16(_)) => Ok(simd::Narrow::Bf16),
+        _ => Err(format!("fused square and mean from {} to {}", x.type_name(), out.type_name())),
+    }
+}
+
+/// [`mean_of_squares_narrow`]'s `n_out` means before their narrowing to `to`: f32 sums times
+/// the scale, in `b` (`a` holds the widened squares where the layout needs them).
+#[allow(clippy::too_many_arguments)]
+pub fn mean_of_squares_f32<'b>(
+    ctx: &Ctx,
+    x: View,
+    shape: &[usize],
+    axes: &[usize],
+    to: simd::Narrow,
+    n_out: usize,
+    a: &mut Vec<f32>,
+    b: &'b mut Vec<f32>,
+) -> Result<&'b mut [f32], String> {
     if let Some(()) = rows_f16_tiled(ctx, x, shape, axes, b, n_out, Some(to))? {
-        return from_f32(ctx, &b[..n_out], out);
+        return Ok(&mut b[..n_out]);
     }
     let xf = sized_for_overwrite(a, x.len()); // the convert writes every element
     super::convert::convert(ctx, x, ViewMut::F32(xf), None)?;
@@ -303,7 +324,7 @@ pub fn mean_of_squares_narrow(
     ctx.par_chunks(xf, x.len() * 8, 1024, false, |_, c| square_rounded(isa, to, c));
     let of = sized_for_overwrite(b, n_out); // mean_f32 writes every output
     mean_f32(ctx, xf, shape, axes, of)?;
-    from_f32(ctx, of, out)
+    Ok(&mut b[..n_out])
 }
 
 /// `round_to(v * v)` in place: an fp16/bf16 square node's output, widened.
