@@ -293,8 +293,14 @@ impl SegmentPlan {
                             return Err("fused square and mean without a mean".into());
                         };
                         let x = self.view_of(xi, inputs, blocks, outs, shapes);
-                        let (Some(t), Some(lay)) = (tail, lay) else {
-                            return kernels::mean::mean_of_squares_narrow(ctx, x, &shapes[xi], axes, out, scratch);
+                        let (t, lay) = match (tail, lay) {
+                            (None, _) => {
+                                return kernels::mean::mean_of_squares_narrow(ctx, x, &shapes[xi], axes, out, scratch)
+                            }
+                            (Some(t), Some(lay)) => (t, lay),
+                            // `prepare` runs such a group node by node: the mean alone would
+                            // write the tail's output.
+                            (Some(_), None) => return Err("fused square and mean with a tail but no layout".into()),
                         };
                         // The means in f32, rounded to the mean node's type (its output, widened),
                         // the tail's steps (which round after each node) over them in place, then

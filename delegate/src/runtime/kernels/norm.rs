@@ -62,10 +62,12 @@ pub fn scale_rows_operand(
         Src::Arg(k) => args.get(k).map(|&v| (k, v)),
         Src::Acc => None,
     };
-    let (Some((_, va)), Some((_, vb))) = (arg(a), arg(b)) else { return None };
-    if !((va, vb) == (x, norm) || (va, vb) == (norm, x)) {
-        return None;
-    }
+    let ((ka, va), (kb, vb)) = (arg(a)?, arg(b)?);
+    let (xk, nk) = match (va, vb) {
+        _ if (va, vb) == (x, norm) => (ka, kb),
+        _ if (va, vb) == (norm, x) => (kb, ka),
+        _ => return None,
+    };
     let (w, vw) = match (a2, b2) {
         (Src::Acc, s) | (s, Src::Acc) => arg(s)?,
         _ => return None,
@@ -73,7 +75,6 @@ pub fn scale_rows_operand(
     if vw == x || vw == norm {
         return None;
     }
-    let (xk, nk) = if va == x { (arg(a)?.0, arg(b)?.0) } else { (arg(b)?.0, arg(a)?.0) };
     // Strides (outer, inner) of each operand over the output's rows: x dense, norm one per
     // row, w one row (a single row has no outer dim).
     let r = lay.rank;
